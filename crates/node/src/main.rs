@@ -1,0 +1,2 @@
+//! The `kvfabric` binary.
+fn main() {}

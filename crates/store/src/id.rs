@@ -1,0 +1,167 @@
+//! Block identity: `BlockId = blake3_keyed(namespace key, header ‖ payload)`.
+//!
+//! Keyed per namespace: the same bytes sealed by two tenants get two ids, so dedup, lookups
+//! and timing never reveal one tenant's content to another. A namespace declared shared is
+//! simply one namespace that several tenants are allowed to use. Namespace keys are derived
+//! from the namespace name (blake3 derive-key mode); they separate tenants, they are not
+//! secrets (access is enforced by the node's tokens).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Context string for namespace key derivation; changing it changes every id.
+const NAMESPACE_CONTEXT: &str = "kvfabric 2026-11 namespace v1";
+
+/// A block's content id: 32 bytes, shown as lowercase hex.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct BlockId(pub [u8; 32]);
+
+impl BlockId {
+    /// Lowercase hex (64 chars).
+    pub fn to_hex(&self) -> String {
+        hex32(&self.0)
+    }
+
+    /// Parses 64 lowercase or uppercase hex digits.
+    pub fn from_hex(s: &str) -> Result<BlockId, ParseIdError> {
+        parse_hex32(s).map(BlockId)
+    }
+}
+
+impl fmt::Display for BlockId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for BlockId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BlockId({})", &self.to_hex()[..16])
+    }
+}
+
+/// A malformed hex id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected 64 hex digits, found {found:?}")]
+pub struct ParseIdError {
+    /// The input (truncated to 80 chars).
+    pub found: String,
+}
+
+pub(crate) fn hex32(b: &[u8; 32]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(64);
+    for byte in b {
+        s.push(HEX[(byte >> 4) as usize] as char);
+        s.push(HEX[(byte & 15) as usize] as char);
+    }
+    s
+}
+
+/// Parses 64 hex digits into 32 bytes.
+pub fn parse_hex32(s: &str) -> Result<[u8; 32], ParseIdError> {
+    let err = || ParseIdError {
+        found: s.chars().take(80).collect(),
+    };
+    let b = s.as_bytes();
+    if b.len() != 64 {
+        return Err(err());
+    }
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    };
+    let mut out = [0u8; 32];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = (nibble(b[2 * i]).ok_or_else(err)? << 4) | nibble(b[2 * i + 1]).ok_or_else(err)?;
+    }
+    Ok(out)
+}
+
+/// The key that separates one namespace's ids from every other's.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NamespaceKey(pub [u8; 32]);
+
+impl NamespaceKey {
+    /// Derives the key of a named namespace.
+    pub fn derive(name: &str) -> NamespaceKey {
+        NamespaceKey(blake3::derive_key(NAMESPACE_CONTEXT, name.as_bytes()))
+    }
+}
+
+impl fmt::Debug for NamespaceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "NamespaceKey({})", &hex32(&self.0)[..16])
+    }
+}
+
+/// Computes block ids. The store takes one so tests can plant collisions with a weak hash;
+/// production always uses [`Blake3Ids`].
+pub trait IdHasher: Send + Sync {
+    /// Starts an id under `key`, fed incrementally.
+    fn begin(&self, key: &NamespaceKey) -> Box<dyn IdStream>;
+
+    /// The id of `parts` concatenated, under `key`.
+    fn id(&self, key: &NamespaceKey, parts: &[&[u8]]) -> BlockId {
+        let mut s = self.begin(key);
+        for p in parts {
+            s.update(p);
+        }
+        s.finish()
+    }
+}
+
+/// An id being computed incrementally.
+pub trait IdStream {
+    /// Feeds bytes.
+    fn update(&mut self, bytes: &[u8]);
+    /// The id of everything fed.
+    fn finish(&self) -> BlockId;
+}
+
+/// blake3 in keyed mode: the production id.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Blake3Ids;
+
+impl IdHasher for Blake3Ids {
+    fn begin(&self, key: &NamespaceKey) -> Box<dyn IdStream> {
+        Box::new(StreamingId::new(key))
+    }
+}
+
+impl IdStream for StreamingId {
+    fn update(&mut self, bytes: &[u8]) {
+        StreamingId::update(self, bytes);
+    }
+    fn finish(&self) -> BlockId {
+        self.finalize()
+    }
+}
+
+/// Incremental id computation, for verifying bytes as they arrive.
+#[derive(Clone)]
+pub struct StreamingId {
+    hasher: blake3::Hasher,
+}
+
+impl StreamingId {
+    /// Starts an id under `key`.
+    pub fn new(key: &NamespaceKey) -> StreamingId {
+        StreamingId {
+            hasher: blake3::Hasher::new_keyed(&key.0),
+        }
+    }
+
+    /// Feeds bytes. Inputs of 128 KiB or more are hashed on the calling thread with SIMD.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.hasher.update(bytes);
+    }
+
+    /// The id of everything fed.
+    pub fn finalize(&self) -> BlockId {
+        BlockId(*self.hasher.finalize().as_bytes())
+    }
+}

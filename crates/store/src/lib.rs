@@ -1,0 +1,40 @@
+//! kvfabric's store: the block model and the tiered local store of sealed KV blocks.
+//!
+//! Owns: model geometry and exact byte accounting ([`geometry`]), the canonical block layout
+//! ([`block`]), content ids keyed per namespace ([`id`]), RoPE canonicalisation ([`rope`]),
+//! sealing with byte-verified dedup, refcounts, pins and copy-on-write ([`store`]), the GPU,
+//! host and disk tiers ([`tier`]) with S3-FIFO eviction ([`eviction`]), and the per-request
+//! arena for V4 sliding-window state ([`arena`]).
+//!
+//! Must never: know about the network or the directory; merge two different byte strings
+//! under one block; hand out a raw address; evict a pinned block; serve bytes that do not hash
+//! to the id asked for.
+
+pub mod alloc;
+pub mod arena;
+pub mod block;
+pub mod dtype;
+pub mod error;
+pub mod eviction;
+pub mod geometry;
+pub mod handle;
+pub mod id;
+pub mod rope;
+pub mod store;
+pub mod tier;
+pub mod units;
+pub mod verified;
+
+pub use block::{BlockHeader, HEADER_LEN};
+pub use dtype::Dtype;
+pub use error::{ConfigError, StoreError};
+pub use geometry::{ModelGeometry, ModelKind};
+pub use handle::{Handle, RegionIndex, Tier};
+pub use id::{Blake3Ids, BlockId, IdHasher, IdStream, NamespaceKey, StreamingId};
+pub use store::{
+    Dedup, Draft, GpuConfig, PutForm, Reservation, Sealed, SlotId, Store, StoreConfig,
+    StoreCounters, TierUsage,
+};
+pub use tier::TierBackend;
+pub use units::{ByteCount, TokenCount};
+pub use verified::VerifiedBlock;
