@@ -9,8 +9,13 @@ use crate::id::{Blake3Ids, BlockId, IdHasher, NamespaceKey};
 use crate::tier::TierBackend;
 use crate::units::ByteCount;
 
-fn block(seed: u64, len: usize) -> (BlockId, NamespaceKey, Vec<u8>) {
-    let ns = NamespaceKey::derive("conformance");
+/// A deterministic block of `len` bytes in one of two namespaces (by seed parity), with its id.
+pub fn block(seed: u64, len: usize) -> (BlockId, NamespaceKey, Vec<u8>) {
+    let ns = NamespaceKey::derive(if seed % 2 == 0 {
+        "tenant-a"
+    } else {
+        "tenant-b"
+    });
     let mut bytes = vec![0u8; len];
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     for b in bytes.iter_mut() {

@@ -7,24 +7,7 @@ use std::path::Path;
 use proptest::prelude::*;
 
 use super::*;
-use crate::id::{Blake3Ids, IdHasher};
-
-fn block(seed: u64, len: usize) -> (BlockId, NamespaceKey, Vec<u8>) {
-    let ns = NamespaceKey::derive(if seed % 2 == 0 {
-        "tenant-a"
-    } else {
-        "tenant-b"
-    });
-    let mut bytes = vec![0u8; len];
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    for b in bytes.iter_mut() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = x as u8;
-    }
-    (Blake3Ids.id(&ns, &[&bytes]), ns, bytes)
-}
+use crate::tier::conformance::block;
 
 fn config(dir: &Path, capacity: u64, segment_bytes: u64) -> DiskConfig {
     let mut c = DiskConfig::new(dir, ByteCount(capacity));
