@@ -1,0 +1,122 @@
+//! The callee side of every RPC: decodes a request frame, runs it on the local Raft member,
+//! encodes the response.
+
+use std::time::Duration;
+
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::BasicNode;
+
+use crate::config::DirectoryConfig;
+use crate::error::DirectoryError;
+use crate::ids::NodeId;
+use crate::rpc::{ForwardRequest, ForwardResponse, RpcRequest, RpcResponse};
+use crate::type_config::Raft;
+
+/// Serves one member's RPCs. Cheap to clone.
+#[derive(Clone)]
+pub struct RpcServer {
+    raft: Raft,
+    frame_bytes_max: usize,
+    write_timeout: Duration,
+    read_timeout: Duration,
+}
+
+impl RpcServer {
+    /// A server for `raft`, bounded by `config`.
+    pub(crate) fn new(raft: Raft, config: &DirectoryConfig) -> RpcServer {
+        RpcServer {
+            raft,
+            frame_bytes_max: config.frame_bytes_max as usize,
+            write_timeout: Duration::from_millis(config.write_timeout_ms),
+            read_timeout: Duration::from_millis(config.read_timeout_ms),
+        }
+    }
+
+    /// Handles one request frame and returns the response frame.
+    pub async fn handle_frame(&self, frame: &[u8]) -> Result<Vec<u8>, DirectoryError> {
+        let req = RpcRequest::decode(frame, self.frame_bytes_max)?;
+        let resp = self.handle(req).await?;
+        resp.encode(self.frame_bytes_max)
+    }
+
+    /// Handles one decoded request.
+    pub async fn handle(&self, req: RpcRequest) -> Result<RpcResponse, DirectoryError> {
+        Ok(match req {
+            RpcRequest::AppendEntries(r) => {
+                RpcResponse::AppendEntries(self.raft.append_entries(r).await)
+            }
+            RpcRequest::Vote(r) => RpcResponse::Vote(self.raft.vote(r).await),
+            RpcRequest::InstallSnapshot(r) => {
+                RpcResponse::InstallSnapshot(self.raft.install_snapshot(r).await)
+            }
+            RpcRequest::Forward(f) => RpcResponse::Forward(self.forward(f).await?),
+        })
+    }
+
+    /// Runs a request that needs the leader on this member (which answers ForwardToLeader if it
+    /// is not the leader). Bounded by the write or read timeout.
+    pub(crate) async fn forward(
+        &self,
+        req: ForwardRequest,
+    ) -> Result<ForwardResponse, DirectoryError> {
+        match req {
+            ForwardRequest::Write(command) => {
+                let write = self.raft.client_write(command);
+                let r = tokio::time::timeout(self.write_timeout, write)
+                    .await
+                    .map_err(|_| self.timeout("forwarded write", self.write_timeout))?;
+                Ok(ForwardResponse::Write(
+                    r.map(|resp| (resp.log_id.index, resp.data)),
+                ))
+            }
+            ForwardRequest::ReadIndex => {
+                let read = self.raft.get_read_log_id();
+                let r = tokio::time::timeout(self.read_timeout, read)
+                    .await
+                    .map_err(|_| self.timeout("read index", self.read_timeout))?;
+                Ok(ForwardResponse::ReadIndex(r.map(
+                    |(read_log_id, _applied)| read_log_id.map(|l| l.index),
+                )))
+            }
+            ForwardRequest::AddLearner { node, addr } => {
+                let add = self.raft.add_learner(node, BasicNode { addr }, true);
+                let r = tokio::time::timeout(self.write_timeout, add)
+                    .await
+                    .map_err(|_| self.timeout("add learner", self.write_timeout))?;
+                Ok(ForwardResponse::Write(
+                    r.map(|resp| (resp.log_id.index, resp.data)),
+                ))
+            }
+            ForwardRequest::ChangeMembership { changes, retain } => {
+                let change = self.raft.change_membership(changes, retain);
+                let r = tokio::time::timeout(self.write_timeout, change)
+                    .await
+                    .map_err(|_| self.timeout("change membership", self.write_timeout))?;
+                Ok(ForwardResponse::Write(
+                    r.map(|resp| (resp.log_id.index, resp.data)),
+                ))
+            }
+        }
+    }
+
+    fn timeout(&self, op: &'static str, limit: Duration) -> DirectoryError {
+        DirectoryError::Timeout {
+            op,
+            limit_ms: limit.as_millis() as u64,
+        }
+    }
+}
+
+/// The leader a [`ForwardResponse`] points to, when it says "not the leader, ask X".
+/// `Some(None)` means "not the leader, and no leader known".
+pub(crate) fn forward_hint(resp: &ForwardResponse) -> Option<Option<NodeId>> {
+    match resp {
+        ForwardResponse::Write(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+            Some(f.leader_id)
+        }
+        ForwardResponse::ReadIndex(Err(RaftError::APIError(
+            openraft::error::CheckIsLeaderError::ForwardToLeader(f),
+        ))) => Some(f.leader_id),
+        _ => None,
+    }
+}

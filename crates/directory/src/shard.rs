@@ -1,0 +1,357 @@
+//! The state machine of one directory shard, as plain data: no Raft, no disk, no clock.
+//!
+//! Holds `BlockId → owners`, `ChunkKey → BlockId` and the node table (epochs and leases), and
+//! applies [`Command`]s to them deterministically. Invariants, checked by
+//! [`ShardState::check_invariants`] in tests:
+//! - every owner record of a block appears in the per-node index, and nothing else does;
+//! - every owner record carries its node's current epoch, and that node is live;
+//! - a block with no owner is absent, and no chunk key names an absent block.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kvfabric_store::{BlockId, Tier};
+use serde::{Deserialize, Serialize};
+
+use crate::command::{Command, CommandReply, ExpiredNode, OwnershipBatch, Rejection, Request};
+use crate::error::DirectoryError;
+use crate::ids::{ChunkKey, Epoch, NodeId, ShardId};
+use crate::owner::{Liveness, NodeRecord, Owner};
+use crate::sessions::Sessions;
+
+/// One shard's directory state. Serialized whole into snapshots; the two indexes are rebuilt
+/// from the primary maps on load.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardState {
+    shard: ShardId,
+    blocks: BTreeMap<BlockId, BTreeSet<Owner>>,
+    chunks: BTreeMap<ChunkKey, BlockId>,
+    nodes: BTreeMap<NodeId, NodeRecord>,
+    sessions: Sessions,
+    #[serde(skip)]
+    by_node: BTreeMap<NodeId, BTreeSet<(BlockId, Tier)>>,
+    #[serde(skip)]
+    chunks_of: BTreeMap<BlockId, BTreeSet<ChunkKey>>,
+}
+
+impl ShardState {
+    /// An empty shard.
+    pub fn new(shard: ShardId) -> ShardState {
+        ShardState {
+            shard,
+            ..ShardState::default()
+        }
+    }
+
+    /// The shard this state belongs to.
+    pub fn shard(&self) -> ShardId {
+        self.shard
+    }
+
+    /// Rebuilds the indexes after deserialization.
+    pub(crate) fn rebuild_indexes(&mut self) {
+        self.by_node.clear();
+        self.chunks_of.clear();
+        for (block, owners) in &self.blocks {
+            for o in owners {
+                self.by_node
+                    .entry(o.node)
+                    .or_default()
+                    .insert((*block, o.tier));
+            }
+        }
+        for (chunk, block) in &self.chunks {
+            self.chunks_of.entry(*block).or_default().insert(*chunk);
+        }
+    }
+
+    /// The holders of `block`, sorted by node then tier.
+    pub fn owners(&self, block: &BlockId) -> Vec<Owner> {
+        self.blocks
+            .get(block)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// The block a chunk key names, if any holder is known.
+    pub fn resolve(&self, chunk: &ChunkKey) -> Option<BlockId> {
+        self.chunks.get(chunk).copied()
+    }
+
+    /// The directory's record of `node`.
+    pub fn node(&self, node: NodeId) -> Option<NodeRecord> {
+        self.nodes.get(&node).copied()
+    }
+
+    /// Every known node.
+    pub fn nodes(&self) -> impl Iterator<Item = (NodeId, NodeRecord)> + '_ {
+        self.nodes.iter().map(|(n, r)| (*n, *r))
+    }
+
+    /// Number of blocks with at least one owner.
+    pub fn block_count(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Number of chunk mappings.
+    pub fn chunk_count(&self) -> usize {
+        self.chunks.len()
+    }
+
+    /// Number of owner records of `node`.
+    pub fn records_of(&self, node: NodeId) -> usize {
+        self.by_node.get(&node).map_or(0, BTreeSet::len)
+    }
+
+    /// Live nodes whose lease ended at or before `now_ms`: what `ExpireLeases { now_ms }`
+    /// would purge. The leader checks this before proposing, so idle ticks write nothing.
+    pub fn expired_at(&self, now_ms: u64) -> Vec<NodeId> {
+        self.nodes
+            .iter()
+            .filter(|(_, r)| r.liveness == Liveness::Live && r.lease_until_ms <= now_ms)
+            .map(|(n, _)| *n)
+            .collect()
+    }
+
+    /// Applies one logged request at `log_index`, once: a retry of a request already applied
+    /// gets the reply recorded the first time.
+    pub fn apply_request(&mut self, request: &Request, log_index: u64) -> CommandReply {
+        if let Some(reply) = self.sessions.seen(request.id) {
+            return reply;
+        }
+        let reply = self.apply(&request.command);
+        self.sessions.record(request.id, reply.clone(), log_index);
+        reply
+    }
+
+    /// Applies one command. Deterministic: the same state and command give the same result on
+    /// every replica.
+    pub fn apply(&mut self, command: &Command) -> CommandReply {
+        match command {
+            Command::Join { node, until_ms } => self.join(*node, *until_ms),
+            Command::RenewLease {
+                node,
+                epoch,
+                until_ms,
+            } => match self.check_live(*node, *epoch) {
+                Err(r) => CommandReply::Rejected(r),
+                Ok(()) => {
+                    let rec = self.nodes.get_mut(node).expect("checked live");
+                    // A lease never shrinks: a delayed renewal must not cut a newer one short.
+                    rec.lease_until_ms = rec.lease_until_ms.max(*until_ms);
+                    CommandReply::LeaseRenewed {
+                        until_ms: rec.lease_until_ms,
+                    }
+                }
+            },
+            Command::Ownership(batch) => self.ownership(batch),
+            Command::ExpireLeases { now_ms } => self.expire(*now_ms),
+        }
+    }
+
+    fn join(&mut self, node: NodeId, until_ms: u64) -> CommandReply {
+        let epoch = self.nodes.get(&node).map_or(Epoch(1), |r| r.epoch.next());
+        let (records_dropped, _) = self.purge_node(node);
+        self.nodes.insert(
+            node,
+            NodeRecord {
+                epoch,
+                lease_until_ms: until_ms,
+                liveness: Liveness::Live,
+            },
+        );
+        CommandReply::Joined {
+            epoch,
+            records_dropped,
+        }
+    }
+
+    fn check_live(&self, node: NodeId, epoch: Epoch) -> Result<(), Rejection> {
+        let rec = self
+            .nodes
+            .get(&node)
+            .ok_or(Rejection::UnknownNode { node })?;
+        if epoch < rec.epoch {
+            return Err(Rejection::StaleEpoch {
+                node,
+                expected: rec.epoch,
+                found: epoch,
+            });
+        }
+        if epoch > rec.epoch {
+            return Err(Rejection::FutureEpoch {
+                node,
+                expected: rec.epoch,
+                found: epoch,
+            });
+        }
+        if rec.liveness == Liveness::Expired {
+            return Err(Rejection::LeaseExpired {
+                node,
+                lease_until_ms: rec.lease_until_ms,
+            });
+        }
+        Ok(())
+    }
+
+    fn ownership(&mut self, batch: &OwnershipBatch) -> CommandReply {
+        if let Err(r) = self.check_live(batch.node, batch.epoch) {
+            return CommandReply::Rejected(r);
+        }
+        let mut released = 0u64;
+        for (block, tier) in &batch.releases {
+            if self.remove_record(batch.node, *block, *tier) {
+                released += 1;
+            }
+        }
+        let mut claimed = 0u64;
+        for (block, tier) in &batch.claims {
+            let owner = Owner {
+                node: batch.node,
+                tier: *tier,
+                epoch: batch.epoch,
+            };
+            self.blocks.entry(*block).or_default().insert(owner);
+            self.by_node
+                .entry(batch.node)
+                .or_default()
+                .insert((*block, *tier));
+            claimed += 1;
+        }
+        let mut chunks = 0u64;
+        for (chunk, block) in &batch.chunks {
+            // A chunk may only name a block someone holds; otherwise it would dangle.
+            if !self.blocks.contains_key(block) {
+                continue;
+            }
+            if let Some(old) = self.chunks.insert(*chunk, *block) {
+                self.unindex_chunk(old, *chunk);
+            }
+            self.chunks_of.entry(*block).or_default().insert(*chunk);
+            chunks += 1;
+        }
+        CommandReply::Applied {
+            claimed,
+            released,
+            chunks,
+        }
+    }
+
+    fn expire(&mut self, now_ms: u64) -> CommandReply {
+        let mut nodes = Vec::new();
+        for node in self.expired_at(now_ms) {
+            let (records_purged, chunks_dropped) = self.purge_node(node);
+            let rec = self.nodes.get_mut(&node).expect("listed by expired_at");
+            rec.liveness = Liveness::Expired;
+            nodes.push(ExpiredNode {
+                node,
+                epoch: rec.epoch,
+                records_purged,
+                chunks_dropped,
+            });
+        }
+        CommandReply::Expired { nodes }
+    }
+
+    /// Removes every owner record of `node`; returns (records removed, chunks dropped).
+    fn purge_node(&mut self, node: NodeId) -> (u64, u64) {
+        let Some(records) = self.by_node.remove(&node) else {
+            return (0, 0);
+        };
+        let mut chunks_dropped = 0u64;
+        let n = records.len() as u64;
+        for (block, tier) in records {
+            chunks_dropped += self.remove_from_block(node, block, tier);
+        }
+        (n, chunks_dropped)
+    }
+
+    /// Removes one record; whether it existed.
+    fn remove_record(&mut self, node: NodeId, block: BlockId, tier: Tier) -> bool {
+        let Some(set) = self.by_node.get_mut(&node) else {
+            return false;
+        };
+        if !set.remove(&(block, tier)) {
+            return false;
+        }
+        if set.is_empty() {
+            self.by_node.remove(&node);
+        }
+        self.remove_from_block(node, block, tier);
+        true
+    }
+
+    /// Removes `(node, tier)` from the block's owners, dropping the block and its chunk
+    /// mappings when it loses its last owner; returns the chunk mappings dropped.
+    fn remove_from_block(&mut self, node: NodeId, block: BlockId, tier: Tier) -> u64 {
+        let Some(owners) = self.blocks.get_mut(&block) else {
+            return 0;
+        };
+        owners.retain(|o| !(o.node == node && o.tier == tier));
+        if !owners.is_empty() {
+            return 0;
+        }
+        self.blocks.remove(&block);
+        let dropped = self.chunks_of.remove(&block).unwrap_or_default();
+        for chunk in &dropped {
+            self.chunks.remove(chunk);
+        }
+        dropped.len() as u64
+    }
+
+    fn unindex_chunk(&mut self, block: BlockId, chunk: ChunkKey) {
+        if let Some(set) = self.chunks_of.get_mut(&block) {
+            set.remove(&chunk);
+            if set.is_empty() {
+                self.chunks_of.remove(&block);
+            }
+        }
+    }
+
+    /// Checks the invariants listed in the module docs; the first violation, as
+    /// [`DirectoryError::Corrupt`].
+    pub fn check_invariants(&self) -> Result<(), DirectoryError> {
+        self.violation().map_or(Ok(()), |reason| {
+            Err(DirectoryError::Corrupt {
+                what: "shard state",
+                reason,
+            })
+        })
+    }
+
+    fn violation(&self) -> Option<String> {
+        let mut rebuilt = self.clone();
+        rebuilt.rebuild_indexes();
+        if rebuilt.by_node != self.by_node {
+            return Some("per-node index differs from the owner sets".into());
+        }
+        if rebuilt.chunks_of != self.chunks_of {
+            return Some("per-block chunk index differs from the chunk map".into());
+        }
+        for (block, owners) in &self.blocks {
+            if owners.is_empty() {
+                return Some(format!("{block:?} has an empty owner set"));
+            }
+            for o in owners {
+                let Some(rec) = self.nodes.get(&o.node) else {
+                    return Some(format!("{block:?} owned by unknown {}", o.node));
+                };
+                if rec.epoch != o.epoch || rec.liveness != Liveness::Live {
+                    return Some(format!(
+                        "{block:?}: record of {} expected epoch {} live, found {} ({:?})",
+                        o.node, rec.epoch, o.epoch, rec.liveness
+                    ));
+                }
+            }
+        }
+        for (chunk, block) in &self.chunks {
+            if !self.blocks.contains_key(block) {
+                return Some(format!("{chunk:?} names unowned {block:?}"));
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+#[path = "shard_tests.rs"]
+mod tests;

@@ -1,0 +1,197 @@
+//! Unit tests of the shard state machine: epochs, leases, purges, chunk mappings.
+
+use kvfabric_store::{BlockId, Tier};
+
+use super::ShardState;
+use crate::command::{Command, CommandReply, OwnershipBatch, Rejection};
+use crate::ids::{ChunkKey, Epoch, NodeId, ShardId};
+use crate::owner::Liveness;
+
+fn block(i: u8) -> BlockId {
+    BlockId([i; 32])
+}
+
+fn chunk(i: u8) -> ChunkKey {
+    ChunkKey([i; 32])
+}
+
+fn join(s: &mut ShardState, node: u64, until_ms: u64) -> Epoch {
+    match s.apply(&Command::Join {
+        node: NodeId(node),
+        until_ms,
+    }) {
+        CommandReply::Joined { epoch, .. } => epoch,
+        other => panic!("expected Joined, found {other:?}"),
+    }
+}
+
+fn claim(s: &mut ShardState, node: u64, epoch: Epoch, blocks: &[u8]) -> CommandReply {
+    let claims = blocks.iter().map(|b| (block(*b), Tier::Host)).collect();
+    let chunks = blocks.iter().map(|b| (chunk(*b), block(*b))).collect();
+    s.apply(&Command::Ownership(OwnershipBatch::claim(
+        NodeId(node),
+        epoch,
+        claims,
+        chunks,
+    )))
+}
+
+#[test]
+fn claims_resolve_and_release() {
+    let mut s = ShardState::new(ShardId(0));
+    let e = join(&mut s, 1, 1_000);
+    assert_eq!(e, Epoch(1));
+    assert_eq!(
+        claim(&mut s, 1, e, &[1, 2]),
+        CommandReply::Applied {
+            claimed: 2,
+            released: 0,
+            chunks: 2
+        }
+    );
+    assert_eq!(s.resolve(&chunk(1)), Some(block(1)));
+    assert_eq!(s.owners(&block(2)).len(), 1);
+    let r = s.apply(&Command::Ownership(OwnershipBatch::release(
+        NodeId(1),
+        e,
+        vec![(block(1), Tier::Host)],
+    )));
+    assert_eq!(
+        r,
+        CommandReply::Applied {
+            claimed: 0,
+            released: 1,
+            chunks: 0
+        }
+    );
+    // The block lost its last owner, so its chunk mapping went with it.
+    assert_eq!(s.resolve(&chunk(1)), None);
+    assert!(s.owners(&block(1)).is_empty());
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn stale_and_future_epochs_are_rejected() {
+    let mut s = ShardState::new(ShardId(0));
+    let e1 = join(&mut s, 7, 1_000);
+    claim(&mut s, 7, e1, &[1]);
+    let e2 = join(&mut s, 7, 1_000);
+    assert_eq!(e2, Epoch(2));
+    // The restart dropped the old incarnation's records.
+    assert!(s.owners(&block(1)).is_empty());
+    assert_eq!(
+        claim(&mut s, 7, e1, &[2]),
+        CommandReply::Rejected(Rejection::StaleEpoch {
+            node: NodeId(7),
+            expected: e2,
+            found: e1
+        })
+    );
+    assert_eq!(
+        claim(&mut s, 7, Epoch(9), &[2]),
+        CommandReply::Rejected(Rejection::FutureEpoch {
+            node: NodeId(7),
+            expected: e2,
+            found: Epoch(9)
+        })
+    );
+    assert_eq!(
+        claim(&mut s, 8, Epoch(1), &[2]),
+        CommandReply::Rejected(Rejection::UnknownNode { node: NodeId(8) })
+    );
+    assert!(s.owners(&block(2)).is_empty());
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn expiry_purges_only_lapsed_nodes_and_blocks_their_claims() {
+    let mut s = ShardState::new(ShardId(0));
+    let e1 = join(&mut s, 1, 1_000);
+    let e2 = join(&mut s, 2, 1_000);
+    claim(&mut s, 1, e1, &[1, 2, 3]);
+    claim(&mut s, 2, e2, &[3, 4]);
+    s.apply(&Command::RenewLease {
+        node: NodeId(2),
+        epoch: e2,
+        until_ms: 5_000,
+    });
+    assert_eq!(s.expired_at(999), Vec::<NodeId>::new());
+    assert_eq!(s.expired_at(1_000), vec![NodeId(1)]);
+    let r = s.apply(&Command::ExpireLeases { now_ms: 1_000 });
+    let CommandReply::Expired { nodes } = r else {
+        panic!("expected Expired, found {r:?}")
+    };
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0].node, NodeId(1));
+    assert_eq!(nodes[0].records_purged, 3);
+    // Blocks 1 and 2 had no other owner: their chunk keys went too. Block 3 stays with node 2.
+    assert_eq!(nodes[0].chunks_dropped, 2);
+    assert_eq!(s.records_of(NodeId(1)), 0);
+    assert_eq!(s.owners(&block(3)).len(), 1);
+    assert_eq!(s.resolve(&chunk(3)), Some(block(3)));
+    assert_eq!(s.node(NodeId(1)).unwrap().liveness, Liveness::Expired);
+    // An expired node cannot claim nor renew until it joins again.
+    assert!(matches!(
+        claim(&mut s, 1, e1, &[9]),
+        CommandReply::Rejected(Rejection::LeaseExpired { .. })
+    ));
+    let e1b = join(&mut s, 1, 9_000);
+    assert_eq!(e1b, Epoch(2));
+    assert!(matches!(
+        claim(&mut s, 1, e1b, &[9]),
+        CommandReply::Applied { claimed: 1, .. }
+    ));
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn lease_never_shrinks() {
+    let mut s = ShardState::new(ShardId(0));
+    let e = join(&mut s, 1, 5_000);
+    let r = s.apply(&Command::RenewLease {
+        node: NodeId(1),
+        epoch: e,
+        until_ms: 3_000,
+    });
+    assert_eq!(r, CommandReply::LeaseRenewed { until_ms: 5_000 });
+}
+
+#[test]
+fn snapshot_round_trip_rebuilds_indexes() {
+    let mut s = ShardState::new(ShardId(3));
+    let e = join(&mut s, 1, 1_000);
+    claim(&mut s, 1, e, &[1, 2, 3]);
+    let bytes =
+        bincode::serde::encode_to_vec(&s, bincode::config::standard()).expect("encode shard");
+    let (mut back, _): (ShardState, usize) =
+        bincode::serde::decode_from_slice(&bytes, bincode::config::standard())
+            .expect("decode shard");
+    back.rebuild_indexes();
+    assert_eq!(back, s);
+    back.check_invariants().unwrap();
+}
+
+#[test]
+fn a_retried_request_applies_once() {
+    use crate::command::{Request, RequestId};
+    let mut s = ShardState::new(ShardId(0));
+    let join = Request {
+        id: RequestId { client: 42, seq: 1 },
+        command: Command::Join {
+            node: NodeId(1),
+            until_ms: 1_000,
+        },
+    };
+    let first = s.apply_request(&join, 1);
+    let e1 = s.node(NodeId(1)).unwrap().epoch;
+    // The retry lands later in the log: same reply, no second epoch.
+    let again = s.apply_request(&join, 5);
+    assert_eq!(first, again);
+    assert_eq!(s.node(NodeId(1)).unwrap().epoch, e1);
+    let other = Request {
+        id: RequestId { client: 42, seq: 2 },
+        ..join
+    };
+    s.apply_request(&other, 6);
+    assert_eq!(s.node(NodeId(1)).unwrap().epoch, e1.next());
+}

@@ -1,0 +1,77 @@
+//! A killed leader is replaced, and the new leader commits.
+
+use kvfabric_directory::{NodeId, OwnershipBatch, ReadConsistency};
+use kvfabric_store::Tier;
+
+use crate::common::{block, chunk, ids, init_tracing, start, LIMIT};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_killed_new_leader_commits() -> anyhow::Result<()> {
+    init_tracing();
+    let (_dir, mut c) = start(
+        &[1, 2, 3],
+        kvfabric_directory::testing::TestCluster::test_config(),
+    )
+    .await?;
+    let all = ids(&[1, 2, 3]);
+
+    tracing::info!("--- phase 1: elect a leader and commit through it");
+    let old = c.wait_for_leader(&all, LIMIT).await?;
+    let epoch = c.member(old).join(NodeId(10)).await?;
+    let before = c
+        .member(old)
+        .update_ownership(OwnershipBatch::claim(
+            NodeId(10),
+            epoch,
+            vec![(block(1), Tier::Host)],
+            vec![(chunk(1), block(1))],
+        ))
+        .await?;
+
+    tracing::info!(%old, "--- phase 2: kill the leader");
+    c.stop_member(old).await?;
+    let survivors: Vec<NodeId> = all.iter().copied().filter(|n| *n != old).collect();
+    let new = c.wait_for_leader(&survivors, LIMIT).await?;
+    assert_ne!(new, old);
+
+    tracing::info!(%new, "--- phase 3: the new leader commits a write sent to a follower");
+    let follower = *survivors
+        .iter()
+        .find(|n| **n != new)
+        .expect("two survivors");
+    let after = c
+        .member(follower)
+        .update_ownership(OwnershipBatch::claim(
+            NodeId(10),
+            epoch,
+            vec![(block(2), Tier::Disk)],
+            vec![(chunk(2), block(2))],
+        ))
+        .await?;
+    assert!(after.log_index > before.log_index);
+    for n in &survivors {
+        let got = c
+            .member(*n)
+            .resolve(&chunk(2), ReadConsistency::Linearizable)
+            .await?;
+        assert_eq!(got, Some(block(2)), "linearizable read on {n}");
+    }
+
+    tracing::info!("--- phase 4: the old leader comes back and catches up");
+    c.start_member(old).await?;
+    c.wait_applied(&[old], after.log_index, LIMIT).await?;
+    assert_eq!(
+        c.member(old)
+            .resolve(&chunk(2), ReadConsistency::Local)
+            .await?,
+        Some(block(2))
+    );
+    assert_eq!(
+        c.member(old)
+            .resolve(&chunk(1), ReadConsistency::Local)
+            .await?,
+        Some(block(1))
+    );
+    c.shutdown().await?;
+    Ok(())
+}

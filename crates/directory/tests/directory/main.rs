@@ -1,0 +1,14 @@
+//! Directory tests against real members in one process: redb stores on temp dirs, the
+//! in-memory router as the network, a manual clock for leases. Each cluster test runs in
+//! phases announced with `tracing::info!` (RUST_LOG=info to follow them).
+
+mod batching;
+mod common;
+mod failover;
+mod leases;
+mod linearizable;
+mod membership;
+mod partition;
+mod restart;
+mod snapshot;
+mod storage_suite;

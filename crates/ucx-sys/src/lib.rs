@@ -1,0 +1,58 @@
+//! Raw UCP bindings (generated at build time from the installed `<ucp/api/ucp.h>`).
+//!
+//! Owns nothing but the FFI surface; the safe wrapper lives in `kvfabric-transport`'s `ucx`
+//! module. UCS status-pointer helpers that are C macros in the headers are re-implemented
+//! here as functions.
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, missing_docs)]
+#![allow(clippy::all, unreachable_pub, unsafe_op_in_unsafe_fn)]
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags, rustdoc::bare_urls)]
+
+include!(concat!(env!("OUT_DIR"), "/ucp.rs"));
+
+const ERR_LAST: usize = ucs_status_t::UCS_ERR_LAST.0 as isize as usize;
+
+/// `UCS_PTR_IS_ERR`: a status pointer that encodes an error.
+pub fn ucs_ptr_is_err(ptr: ucs_status_ptr_t) -> bool {
+    (ptr as usize) >= ERR_LAST
+}
+
+/// `UCS_PTR_IS_PTR`: a status pointer that is a real request handle.
+pub fn ucs_ptr_is_ptr(ptr: ucs_status_ptr_t) -> bool {
+    (ptr as usize).wrapping_sub(1) < ERR_LAST.wrapping_sub(1)
+}
+
+/// `UCS_PTR_STATUS`: `UCS_INPROGRESS` for a request handle, otherwise the encoded status
+/// (`UCS_OK` for null).
+pub fn ucs_ptr_status(ptr: ucs_status_ptr_t) -> ucs_status_t {
+    if ucs_ptr_is_ptr(ptr) {
+        ucs_status_t::UCS_INPROGRESS
+    } else {
+        ucs_status_t(ptr as isize as i8)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_pointer_helpers_match_the_c_macros() {
+        let ok = std::ptr::null_mut();
+        assert!(!ucs_ptr_is_err(ok) && !ucs_ptr_is_ptr(ok));
+        assert_eq!(ucs_ptr_status(ok), ucs_status_t::UCS_OK);
+        let err = ucs_status_t::UCS_ERR_NO_MEMORY.0 as isize as ucs_status_ptr_t;
+        assert!(ucs_ptr_is_err(err) && !ucs_ptr_is_ptr(err));
+        assert_eq!(ucs_ptr_status(err), ucs_status_t::UCS_ERR_NO_MEMORY);
+        let req = 0x1000 as ucs_status_ptr_t;
+        assert!(ucs_ptr_is_ptr(req) && !ucs_ptr_is_err(req));
+        assert_eq!(ucs_ptr_status(req), ucs_status_t::UCS_INPROGRESS);
+    }
+
+    #[test]
+    fn the_installed_library_links_and_reports_its_version() {
+        let (mut major, mut minor, mut release) = (0u32, 0u32, 0u32);
+        // SAFETY: writes three integers through valid pointers.
+        unsafe { ucp_get_version(&mut major, &mut minor, &mut release) };
+        assert!(major >= 1 && (major > 1 || minor >= 10), "UCX {major}.{minor}.{release}");
+    }
+}
