@@ -3,7 +3,10 @@
 //! not build here; this one binds exactly what is installed.
 
 fn main() {
-    let ucx = match pkg_config::Config::new().atleast_version("1.10").probe("ucx") {
+    let ucx = match pkg_config::Config::new()
+        .atleast_version("1.10")
+        .probe("ucx")
+    {
         Ok(lib) => lib,
         Err(e) => panic!(
             "UCX development files not found through pkg-config ({e}); \
@@ -26,7 +29,11 @@ fn main() {
     for path in &ucx.include_paths {
         builder = builder.clang_arg(format!("-I{}", path.display()));
     }
-    let bindings = builder.generate().expect("bindgen could not parse <ucp/api/ucp.h>");
+    let bindings = builder
+        .generate()
+        .expect("bindgen could not parse <ucp/api/ucp.h>");
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
-    bindings.write_to_file(out.join("ucp.rs")).expect("write bindings");
+    bindings
+        .write_to_file(out.join("ucp.rs"))
+        .expect("write bindings");
 }

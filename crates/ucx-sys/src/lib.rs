@@ -3,9 +3,18 @@
 //! Owns nothing but the FFI surface; the safe wrapper lives in `kvfabric-transport`'s `ucx`
 //! module. UCS status-pointer helpers that are C macros in the headers are re-implemented
 //! here as functions.
-#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, missing_docs)]
+#![allow(
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals,
+    missing_docs
+)]
 #![allow(clippy::all, unreachable_pub, unsafe_op_in_unsafe_fn)]
-#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags, rustdoc::bare_urls)]
+#![allow(
+    rustdoc::broken_intra_doc_links,
+    rustdoc::invalid_html_tags,
+    rustdoc::bare_urls
+)]
 
 include!(concat!(env!("OUT_DIR"), "/ucp.rs"));
 
@@ -53,6 +62,9 @@ mod tests {
         let (mut major, mut minor, mut release) = (0u32, 0u32, 0u32);
         // SAFETY: writes three integers through valid pointers.
         unsafe { ucp_get_version(&mut major, &mut minor, &mut release) };
-        assert!(major >= 1 && (major > 1 || minor >= 10), "UCX {major}.{minor}.{release}");
+        assert!(
+            major >= 1 && (major > 1 || minor >= 10),
+            "UCX {major}.{minor}.{release}"
+        );
     }
 }

@@ -109,7 +109,9 @@ pub struct Store {
     /// One policy per present tier, indexed by [`tier_index`].
     policies: [Option<S3Fifo>; 3],
     slots: HashMap<SlotId, Slot>,
-    by_id: HashMap<BlockId, Vec<SlotId>>,
+    /// Keyed by namespace and id, so another tenant's id is the same single miss as an
+    /// absent one (no extra work that timing could reveal).
+    by_id: HashMap<(NamespaceKey, BlockId), Vec<SlotId>>,
     next_slot: u64,
     counters: StoreCounters,
 }
@@ -241,7 +243,7 @@ impl Store {
                 pins: 0,
             },
         );
-        self.by_id.entry(id).or_default().push(slot);
+        self.by_id.entry((namespace, id)).or_default().push(slot);
         if let Some(p) = &mut self.policies[tier_index(handle.tier)] {
             p.insert(slot, handle.len.0);
         }
@@ -254,10 +256,11 @@ impl Store {
             if let Some(p) = &mut self.policies[tier_index(s.handle.tier)] {
                 p.remove(slot);
             }
-            if let Some(v) = self.by_id.get_mut(&s.id) {
+            let key = (s.namespace, s.id);
+            if let Some(v) = self.by_id.get_mut(&key) {
                 v.retain(|x| *x != slot);
                 if v.is_empty() {
-                    self.by_id.remove(&s.id);
+                    self.by_id.remove(&key);
                 }
             }
         }
@@ -266,13 +269,8 @@ impl Store {
     /// The live slots holding `id` in `namespace`, oldest first.
     pub fn slots_of(&self, id: &BlockId, namespace: &NamespaceKey) -> Vec<SlotId> {
         self.by_id
-            .get(id)
-            .map(|v| {
-                v.iter()
-                    .copied()
-                    .filter(|s| self.slots.get(s).is_some_and(|x| x.namespace == *namespace))
-                    .collect()
-            })
+            .get(&(*namespace, *id))
+            .cloned()
             .unwrap_or_default()
     }
 
@@ -290,6 +288,11 @@ impl Store {
     pub fn counts(&self, slot: SlotId) -> Result<(u32, u32), StoreError> {
         let s = self.slot(slot)?;
         Ok((s.refs, s.pins))
+    }
+
+    /// The namespace a slot was sealed in.
+    pub fn namespace_of(&self, slot: SlotId) -> Result<NamespaceKey, StoreError> {
+        Ok(self.slot(slot)?.namespace)
     }
 
     /// The content id of a slot.

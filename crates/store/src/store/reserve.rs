@@ -82,14 +82,13 @@ impl Store {
                 return Err(e);
             }
         }
-        let id = self.hasher.id(namespace, &[self.host.view(&r.handle)?]);
-        self.finish_admit(
-            id,
-            namespace,
-            Candidate::Host(r.handle),
-            Some(r.handle),
-            Tier::Host,
-        )
+        let h = r.handle;
+        let id = self.hasher.id(namespace, &[self.host.view(&h)?]);
+        self.finish_admit(id, namespace, Candidate::Host(h), Some(h), Tier::Host)
+            .inspect_err(|_| {
+                // Not installed: give the room back (a second free is refused by the generation).
+                let _ = self.host.free(&h);
+            })
     }
 
     /// Gives a reservation's room back.

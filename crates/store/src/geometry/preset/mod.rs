@@ -230,4 +230,4 @@ mod toml_error;
 
 pub(crate) use check::Check;
 use schema::RawPreset;
-use toml_error::toml_error;
+pub use toml_error::toml_error;

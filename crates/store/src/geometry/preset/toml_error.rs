@@ -3,15 +3,24 @@
 use crate::error::ConfigError;
 
 /// Maps a TOML syntax or serde error to the dotted key at its position.
-pub(super) fn toml_error(file: &str, text: &str, e: &toml::de::Error) -> ConfigError {
+pub fn toml_error(file: &str, text: &str, e: &toml::de::Error) -> ConfigError {
     let message = e.message().trim().replace('\n', "; ");
     match e.span() {
         Some(span) => {
             let start = span.start.min(text.len());
             let line = text[..start].matches('\n').count() + 1;
+            let mut key = key_at(text, start);
+            // serde points a missing field at its table: name the field itself.
+            if let Some(field) = missing_field(&message) {
+                key = if key.is_empty() {
+                    field.to_owned()
+                } else {
+                    format!("{key}.{field}")
+                };
+            }
             ConfigError {
                 file: file.to_owned(),
-                key: key_at(text, start),
+                key,
                 reason: format!("{message} (line {line})"),
             }
         }
@@ -66,4 +75,9 @@ fn key_at(text: &str, offset: usize) -> String {
         (true, Some(k)) => k,
         (false, Some(k)) => format!("{header}.{k}"),
     }
+}
+
+/// The field named by serde's "missing field `x`" message.
+fn missing_field(message: &str) -> Option<&str> {
+    message.strip_prefix("missing field `")?.split('`').next()
 }

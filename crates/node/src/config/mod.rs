@@ -1,0 +1,168 @@
+//! The node config (`kvfabric node --config FILE`): schema, loading and validation.
+//!
+//! Unknown keys are rejected; every error names the file, the dotted key and the reason
+//! ([`ConfigError`]). Relative paths are resolved against the directory of the config file.
+//! Byte quantities are integers or strings with a binary unit (`"64 MiB"`).
+//!
+//! ```toml
+//! [node]
+//! id = 1                            # 1 to 2^32, unique per cluster; shown as `n1` in the API
+//! http_listen = "127.0.0.1:7101"    # IP:PORT of the HTTP API (port 0: any free port; the
+//!                                   # node prints the address it bound on stdout)
+//! data_dir = "/tmp/kvfabric/node1"  # owned by this node; the disk tier lives in data_dir/disk
+//! log_level = "info"                # optional, a tracing filter; RUST_LOG overrides it
+//!
+//! [tiers]
+//! host_bytes = "1 GiB"              # host RAM arena; at least the smallest storable block
+//! [tiers.disk]                      # optional: no disk tier without it
+//! bytes = "8 GiB"                   # upper bound on the segment files
+//! sync = "deferred"                 # optional: deferred (default) | every_append
+//! [tiers.gpu]                       # optional; needs a build with the `cuda` feature
+//! ordinal = 0                       # optional, default 0
+//! bytes = "16 GiB"
+//!
+//! [models]                          # optional: the embedded presets by default
+//! dir = "models"                    # exactly the presets in this directory (*.toml)
+//!
+//! [limits]                          # optional, every key optional
+//! max_body_bytes = "5 MiB"          # default: the largest storable block + its 64-byte header
+//! max_connections = 256             # open HTTP connections (accepting waits beyond)
+//! max_inflight_requests = 64        # requests being handled (503 `overloaded` beyond)
+//! max_lookup_keys = 1024            # chunk keys per POST /v1/lookup
+//! header_read_timeout_ms = 10000    # to receive a request's headers
+//! body_read_timeout_ms = 60000      # to receive a put's body
+//!
+//! [[namespaces]]                    # tenancy; none declared: one open namespace, no tokens
+//! name = "team-a"                   # a-z 0-9 . - _, at most 64 characters
+//! shared = false                    # true: readable by every valid token
+//!
+//! [[tenants]]
+//! token = "…"                       # bearer token, 16 to 256 visible ASCII characters
+//! namespace = "team-a"              # a declared namespace: this token reads and writes it
+//! ```
+//!
+//! Sections for peers, Raft and the transport join this schema with the cluster path; none
+//! is accepted before it exists.
+
+mod bytes;
+mod raw;
+mod validate;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kvfabric_store::{ConfigError, StoreConfig};
+
+use crate::ids::NodeId;
+use crate::presets::Catalog;
+
+/// Largest config file read, in bytes.
+pub(crate) const CONFIG_FILE_BYTES_MAX: u64 = 1 << 20;
+
+/// A validated node config.
+#[derive(Debug)]
+pub(crate) struct NodeConfig {
+    /// The file it came from (for messages).
+    pub(crate) file: String,
+    /// This node's id.
+    pub(crate) node_id: NodeId,
+    /// Where the HTTP API listens.
+    pub(crate) http_listen: SocketAddr,
+    /// The node's data directory (absolute or relative to the working directory).
+    pub(crate) data_dir: PathBuf,
+    /// Default tracing filter.
+    pub(crate) log_level: String,
+    /// The store's tiers.
+    pub(crate) store: StoreConfig,
+    /// Request limits.
+    pub(crate) limits: Limits,
+    /// Declared namespaces, in file order.
+    pub(crate) namespaces: Vec<NamespaceDecl>,
+    /// Tenants (token → namespace index into `namespaces`), in file order.
+    pub(crate) tenants: Vec<TenantDecl>,
+}
+
+/// Bounds on what the HTTP API accepts.
+#[derive(Debug, Clone)]
+pub(crate) struct Limits {
+    /// Largest request body.
+    pub(crate) max_body_bytes: u64,
+    /// Open connections.
+    pub(crate) max_connections: u32,
+    /// Requests handled at once.
+    pub(crate) max_inflight_requests: u32,
+    /// Chunk keys per lookup.
+    pub(crate) max_lookup_keys: u32,
+    /// Time to receive a request's headers.
+    pub(crate) header_read_timeout: Duration,
+    /// Time to receive a put's body.
+    pub(crate) body_read_timeout: Duration,
+}
+
+/// One declared namespace.
+#[derive(Debug, Clone)]
+pub(crate) struct NamespaceDecl {
+    /// Its name (the namespace key derives from it).
+    pub(crate) name: String,
+    /// Readable by every valid token.
+    pub(crate) shared: bool,
+}
+
+/// One tenant.
+#[derive(Clone)]
+pub(crate) struct TenantDecl {
+    /// Its bearer token.
+    pub(crate) token: String,
+    /// Index of its namespace in [`NodeConfig::namespaces`].
+    pub(crate) namespace: usize,
+}
+
+impl std::fmt::Debug for TenantDecl {
+    /// Never prints the token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TenantDecl")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A loaded node config and the model catalog it selects.
+#[derive(Debug)]
+pub(crate) struct Loaded {
+    /// The config.
+    pub(crate) config: NodeConfig,
+    /// The presets the node accepts.
+    pub(crate) catalog: Catalog,
+}
+
+/// Reads, parses and validates `path`.
+pub(crate) fn load(path: &Path) -> Result<Loaded, ConfigError> {
+    let file = path.display().to_string();
+    let err = |reason: String| ConfigError {
+        file: file.clone(),
+        key: String::new(),
+        reason,
+    };
+    let len = std::fs::metadata(path)
+        .map_err(|e| err(format!("cannot read: {e}")))?
+        .len();
+    if len > CONFIG_FILE_BYTES_MAX {
+        return Err(err(format!(
+            "expected at most {CONFIG_FILE_BYTES_MAX} bytes, found {len}"
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
+    let base = path.parent().unwrap_or(Path::new("")).to_path_buf();
+    parse(&file, &base, &text)
+}
+
+/// Parses and validates config `text`; relative paths resolve against `base`.
+pub(crate) fn parse(file: &str, base: &Path, text: &str) -> Result<Loaded, ConfigError> {
+    let raw: raw::RawConfig = toml::from_str(text)
+        .map_err(|e| kvfabric_store::geometry::preset::toml_error(file, text, &e))?;
+    validate::Check { file, base }.config(raw)
+}
+
+#[cfg(test)]
+mod tests;

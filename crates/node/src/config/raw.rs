@@ -1,0 +1,101 @@
+//! The config file as written: serde structs that reject unknown keys. Nothing here is
+//! checked beyond its type; [`super::validate`] turns a [`RawConfig`] into a
+//! [`super::NodeConfig`].
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::bytes::ByteSize;
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConfig {
+    pub(crate) node: RawNode,
+    pub(crate) tiers: RawTiers,
+    #[serde(default)]
+    pub(crate) models: Option<RawModels>,
+    #[serde(default)]
+    pub(crate) limits: RawLimits,
+    #[serde(default)]
+    pub(crate) namespaces: Vec<RawNamespace>,
+    #[serde(default)]
+    pub(crate) tenants: Vec<RawTenant>,
+}
+
+/// `[node]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawNode {
+    pub(crate) id: u64,
+    pub(crate) http_listen: String,
+    pub(crate) data_dir: PathBuf,
+    #[serde(default)]
+    pub(crate) log_level: Option<String>,
+}
+
+/// `[tiers]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTiers {
+    pub(crate) host_bytes: ByteSize,
+    #[serde(default)]
+    pub(crate) disk: Option<RawDisk>,
+    #[serde(default)]
+    pub(crate) gpu: Option<RawGpu>,
+}
+
+/// `[tiers.disk]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDisk {
+    pub(crate) bytes: ByteSize,
+    #[serde(default)]
+    pub(crate) sync: Option<String>,
+}
+
+/// `[tiers.gpu]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawGpu {
+    #[serde(default)]
+    pub(crate) ordinal: u32,
+    pub(crate) bytes: ByteSize,
+}
+
+/// `[models]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawModels {
+    pub(crate) dir: PathBuf,
+}
+
+/// `[limits]`; every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLimits {
+    pub(crate) max_body_bytes: Option<ByteSize>,
+    pub(crate) max_connections: Option<u32>,
+    pub(crate) max_inflight_requests: Option<u32>,
+    pub(crate) max_lookup_keys: Option<u32>,
+    pub(crate) header_read_timeout_ms: Option<u64>,
+    pub(crate) body_read_timeout_ms: Option<u64>,
+}
+
+/// One `[[namespaces]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawNamespace {
+    pub(crate) name: String,
+    #[serde(default)]
+    pub(crate) shared: bool,
+}
+
+/// One `[[tenants]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTenant {
+    pub(crate) token: String,
+    pub(crate) namespace: String,
+}

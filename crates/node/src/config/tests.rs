@@ -1,0 +1,169 @@
+//! Config validation: the shipped configs load, and every mistake names its file and key.
+
+use std::path::Path;
+
+use super::*;
+
+const GOOD: &str = r#"
+[node]
+id = 4
+http_listen = "127.0.0.1:0"
+data_dir = "data/n4"
+
+[tiers]
+host_bytes = "64 MiB"
+[tiers.disk]
+bytes = "256 MiB"
+
+[[namespaces]]
+name = "a"
+[[namespaces]]
+name = "docs"
+shared = true
+
+[[tenants]]
+token = "token-for-tenant-a"
+namespace = "a"
+"#;
+
+fn parse_str(text: &str) -> Result<Loaded, ConfigError> {
+    parse("test.toml", Path::new("/etc/kvfabric"), text)
+}
+
+/// The key and reason of the error `text` gets.
+fn rejected(text: &str) -> (String, String) {
+    match parse_str(text) {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => {
+            assert_eq!(e.file, "test.toml");
+            (e.key, e.reason)
+        }
+    }
+}
+
+#[test]
+fn a_good_config_loads_with_derived_defaults() {
+    let c = parse_str(GOOD).unwrap();
+    let cfg = &c.config;
+    assert_eq!(cfg.node_id.to_string(), "n4");
+    assert_eq!(
+        cfg.data_dir,
+        Path::new("/etc/kvfabric/data/n4"),
+        "relative to the file"
+    );
+    let disk = cfg.store.disk.as_ref().unwrap();
+    assert_eq!(disk.dir, Path::new("/etc/kvfabric/data/n4/disk"));
+    assert_eq!(disk.segment_bytes, 32 << 20, "an eighth of the tier");
+    assert_eq!(
+        cfg.limits.max_body_bytes,
+        c.catalog.largest_block_bytes().unwrap(),
+        "largest storable block with its header"
+    );
+    assert_eq!(cfg.limits.max_inflight_requests, 64);
+    assert_eq!(cfg.namespaces.len(), 2);
+    assert_eq!(cfg.tenants[0].namespace, 0);
+    assert!(
+        !format!("{:?}", cfg.tenants).contains("token-for"),
+        "tokens never print"
+    );
+}
+
+#[test]
+fn the_shipped_cluster_configs_load_and_do_not_collide() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+    let loaded: Vec<NodeConfig> = (1..=3)
+        .map(|i| load(&dir.join(format!("node{i}.toml"))).unwrap().config)
+        .collect();
+    for (i, a) in loaded.iter().enumerate() {
+        for b in &loaded[i + 1..] {
+            assert_ne!(a.node_id, b.node_id);
+            assert_ne!(a.http_listen, b.http_listen);
+            assert_ne!(a.data_dir, b.data_dir);
+        }
+    }
+}
+
+#[test]
+fn unknown_and_missing_keys_are_named() {
+    let (key, reason) = rejected(&GOOD.replace("[tiers]", "[tiers]\nhost_byte = 1"));
+    assert_eq!(key, "tiers.host_byte");
+    assert!(reason.contains("unknown field"), "{reason}");
+    let (key, reason) = rejected(&GOOD.replace("id = 4\n", ""));
+    assert_eq!(key, "node.id");
+    assert!(reason.contains("missing field"), "{reason}");
+    let (key, _) = rejected(&format!("{GOOD}\n[peers]\nx = 1\n"));
+    assert_eq!(key, "peers", "no section exists before its feature");
+}
+
+#[test]
+fn bad_values_are_named_with_a_reason() {
+    let cases = [
+        ("id = 4", "id = 0", "node.id"),
+        ("\"127.0.0.1:0\"", "\"localhost\"", "node.http_listen"),
+        ("\"64 MiB\"", "\"64 MB\"", "tiers.host_bytes"),
+        ("\"64 MiB\"", "1024", "tiers.host_bytes"),
+        ("\"256 MiB\"", "100", "tiers.disk.bytes"),
+        (
+            "bytes = \"256 MiB\"",
+            "bytes = \"256 MiB\"\nsync = \"often\"",
+            "tiers.disk.sync",
+        ),
+        (
+            "data_dir = \"data/n4\"",
+            "data_dir = \"data/n4\"\nlog_level = \"[[\"",
+            "node.log_level",
+        ),
+        (
+            "token = \"token-for-tenant-a\"",
+            "token = \"short\"",
+            "tenants[0].token",
+        ),
+        (
+            "namespace = \"a\"",
+            "namespace = \"b\"",
+            "tenants[0].namespace",
+        ),
+        ("name = \"a\"", "name = \"A\"", "namespaces[0].name"),
+    ];
+    for (from, to, key) in cases {
+        let text = GOOD.replacen(from, to, 1);
+        assert_ne!(text, GOOD, "{from}");
+        let (k, reason) = rejected(&text);
+        assert_eq!(k, key, "{to}: {reason}");
+        assert!(!reason.is_empty());
+    }
+}
+
+#[test]
+fn fields_are_checked_against_each_other() {
+    let limits = |l: &str| format!("{GOOD}\n[limits]\n{l}\n");
+    let (key, _) = rejected(&limits("max_body_bytes = 10"));
+    assert_eq!(key, "limits.max_body_bytes");
+    let (key, _) = rejected(&limits("max_connections = 4\nmax_inflight_requests = 5"));
+    assert_eq!(key, "limits.max_inflight_requests");
+    let (key, _) = rejected(&limits("body_read_timeout_ms = 0"));
+    assert_eq!(key, "limits.body_read_timeout_ms");
+    let two = GOOD.replace(
+        "[[tenants]]",
+        "[[tenants]]\ntoken = \"token-for-tenant-a\"\nnamespace = \"docs\"\n[[tenants]]",
+    );
+    let (key, reason) = rejected(&two);
+    assert_eq!(key, "tenants[1].token");
+    assert!(reason.contains("two tenants"), "{reason}");
+    let unused = GOOD.replace("[[tenants]]", "[[namespaces]]\nname = \"b\"\n[[tenants]]");
+    let (key, _) = rejected(&unused);
+    assert_eq!(key, "namespaces[2].name");
+    let no_tenants = GOOD[..GOOD.find("[[tenants]]").unwrap()].to_owned();
+    let (key, _) = rejected(&no_tenants);
+    assert_eq!(key, "tenants");
+    let (key, _) = rejected(&format!("{GOOD}\n[models]\ndir = \"/no/such/dir\"\n"));
+    assert_eq!(key, "models.dir");
+}
+
+#[test]
+fn an_open_node_needs_no_tenancy() {
+    let open = GOOD[..GOOD.find("[[namespaces]]").unwrap()].to_owned();
+    let c = parse_str(&open).unwrap();
+    assert!(c.config.tenants.is_empty() && c.config.namespaces.is_empty());
+    assert!(c.config.store.disk.is_some());
+}

@@ -1,0 +1,310 @@
+//! [`ApiError`]: every way the HTTP API refuses a request, with its status and its stable
+//! snake_case code, rendered as `{"error": {"code": "...", "message": "..."}}`.
+//!
+//! 4xx for bad input, 5xx only for the node's own faults (a 5xx message never carries store
+//! internals such as file paths: those go to the log). Every error response carries its code
+//! in an [`ErrorCode`] response extension, which the request tracker counts by reason.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use kvfabric_store::StoreError;
+use serde::Serialize;
+
+use crate::local::LocalError;
+
+/// The code of an error response, for the metrics of rejected requests.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ErrorCode(pub(crate) &'static str);
+
+/// A refused request.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ApiError {
+    /// A required header is absent.
+    #[error("missing header `{0}`")]
+    MissingHeader(&'static str),
+    /// A header is present but malformed.
+    #[error("header `{name}`: {reason}")]
+    InvalidHeader {
+        /// The header.
+        name: &'static str,
+        /// What was expected and found.
+        reason: String,
+    },
+    /// `kvfabric-model` names no preset this node has (400: the model is a request
+    /// parameter, not the resource the path names).
+    #[error("{0}")]
+    UnknownModel(String),
+    /// The model is an accounting-only (GQA) preset.
+    #[error("{0}")]
+    ModelNotStorable(String),
+    /// `kvfabric-tokens` is not the model's block size.
+    #[error("token count: expected {expected} (the model's block size), found {found}")]
+    TokenCount {
+        /// The model's block tokens.
+        expected: u32,
+        /// Tokens sent.
+        found: u64,
+    },
+    /// The body is not the model's payload length.
+    #[error("payload length: expected {expected} bytes, found {found}")]
+    PayloadLength {
+        /// The model's payload bytes.
+        expected: u64,
+        /// Bytes sent.
+        found: u64,
+    },
+    /// A position beyond what the fabric rotates to.
+    #[error("position {position} out of range (max {max})")]
+    PositionOutOfRange {
+        /// Position asked for.
+        position: u64,
+        /// Largest accepted.
+        max: u64,
+    },
+    /// A block id that is not 64 hex digits.
+    #[error("block id: {0}")]
+    InvalidBlockId(String),
+    /// A chunk key that is not 64 hex digits.
+    #[error("chunk key {0}")]
+    InvalidChunkKey(String),
+    /// A query string the route does not accept.
+    #[error("query: {0}")]
+    InvalidQuery(String),
+    /// A JSON body that does not parse into the route's request.
+    #[error("request body: {0}")]
+    InvalidJson(String),
+    /// A lookup with more keys than the node's limit.
+    #[error("lookup: expected at most {max} keys, found {found}")]
+    TooManyKeys {
+        /// `limits.max_lookup_keys`.
+        max: u32,
+        /// Keys sent.
+        found: usize,
+    },
+    /// A body larger than the node accepts.
+    #[error("body too large: {0}")]
+    BodyTooLarge(String),
+    /// The body did not arrive within `limits.body_read_timeout_ms`.
+    #[error("the body was not received within {0} ms")]
+    BodyTimeout(u128),
+    /// The body could not be read (the client aborted, bad chunked encoding).
+    #[error("reading the body failed: {0}")]
+    BodyRead(String),
+    /// No bearer token, and the node has tenants.
+    #[error("no bearer token: send `Authorization: Bearer TOKEN`")]
+    MissingToken,
+    /// A token that is malformed or not configured.
+    #[error("the bearer token is not valid")]
+    InvalidToken,
+    /// The token may not use the namespace it asked for.
+    #[error("this token may not {0} that namespace")]
+    NamespaceForbidden(&'static str),
+    /// No such block visible to the caller (the same answer whether it is absent or another
+    /// tenant's).
+    #[error("block not found")]
+    NotFound,
+    /// No such route.
+    #[error("no route for this path")]
+    RouteNotFound,
+    /// The route exists but not with this method.
+    #[error("method not allowed on this path")]
+    MethodNotAllowed,
+    /// Too many requests in flight.
+    #[error("the node is at its limit of {0} requests in flight; retry")]
+    Overloaded(u32),
+    /// The store is still opening (recovering the disk tier).
+    #[error("the node is not ready: its store is still opening")]
+    NotReady,
+    /// Every tier is full of blocks the node holds.
+    #[error("no room: {0}")]
+    StoreFull(String),
+    /// A stored block whose geometry is not among this node's presets (the models directory
+    /// changed since it was sealed); it can be read canonically but not rotated.
+    #[error("the block's geometry is not among this node's presets; read it without `position`")]
+    UnknownGeometry,
+    /// The node failed (details in its log).
+    #[error("internal error (see the node's log)")]
+    Internal,
+}
+
+impl ApiError {
+    /// The HTTP status.
+    pub(crate) fn status(&self) -> StatusCode {
+        use ApiError::*;
+        match self {
+            MissingHeader(_)
+            | InvalidHeader { .. }
+            | UnknownModel(_)
+            | ModelNotStorable(_)
+            | TokenCount { .. }
+            | PayloadLength { .. }
+            | PositionOutOfRange { .. }
+            | InvalidBlockId(_)
+            | InvalidChunkKey(_)
+            | InvalidQuery(_)
+            | InvalidJson(_)
+            | TooManyKeys { .. }
+            | BodyRead(_) => StatusCode::BAD_REQUEST,
+            MissingToken | InvalidToken => StatusCode::UNAUTHORIZED,
+            NamespaceForbidden(_) => StatusCode::FORBIDDEN,
+            NotFound | RouteNotFound => StatusCode::NOT_FOUND,
+            MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Overloaded(_) | NotReady => StatusCode::SERVICE_UNAVAILABLE,
+            StoreFull(_) => StatusCode::INSUFFICIENT_STORAGE,
+            UnknownGeometry | Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The stable code clients match on.
+    pub(crate) fn code(&self) -> &'static str {
+        use ApiError::*;
+        match self {
+            MissingHeader(_) => "missing_header",
+            InvalidHeader { .. } => "invalid_header",
+            UnknownModel(_) => "unknown_model",
+            ModelNotStorable(_) => "model_not_storable",
+            TokenCount { .. } => "token_count",
+            PayloadLength { .. } => "payload_length",
+            PositionOutOfRange { .. } => "position_out_of_range",
+            InvalidBlockId(_) => "invalid_block_id",
+            InvalidChunkKey(_) => "invalid_chunk_key",
+            InvalidQuery(_) => "invalid_query",
+            InvalidJson(_) => "invalid_json",
+            TooManyKeys { .. } => "too_many_keys",
+            BodyTooLarge(_) => "body_too_large",
+            BodyTimeout(_) => "body_timeout",
+            BodyRead(_) => "body_read",
+            MissingToken => "missing_token",
+            InvalidToken => "invalid_token",
+            NamespaceForbidden(_) => "namespace_forbidden",
+            NotFound => "not_found",
+            RouteNotFound => "route_not_found",
+            MethodNotAllowed => "method_not_allowed",
+            Overloaded(_) => "overloaded",
+            NotReady => "not_ready",
+            StoreFull(_) => "store_full",
+            UnknownGeometry => "unknown_geometry",
+            Internal => "internal",
+        }
+    }
+
+    /// Maps a store error: bad input to its 4xx, a full store to 507, the rest to 500 (logged
+    /// here with its details, which the response does not carry).
+    pub(crate) fn from_store(e: StoreError) -> ApiError {
+        match e {
+            StoreError::UnknownModel { .. } => ApiError::UnknownModel(e.to_string()),
+            StoreError::NotStorable { .. } => ApiError::ModelNotStorable(e.to_string()),
+            StoreError::PayloadLength { expected, found } => {
+                ApiError::PayloadLength { expected, found }
+            }
+            StoreError::TokenCount { expected, found } => ApiError::TokenCount { expected, found },
+            StoreError::PositionOutOfRange { position, max } => {
+                ApiError::PositionOutOfRange { position, max }
+            }
+            StoreError::Full { .. } | StoreError::TooLarge { .. } => {
+                ApiError::StoreFull(e.to_string())
+            }
+            other => {
+                tracing::error!(error = %other, "store failure");
+                ApiError::Internal
+            }
+        }
+    }
+
+    /// Maps a local-side error.
+    pub(crate) fn from_local(e: LocalError) -> ApiError {
+        match e {
+            LocalError::Store(s) => ApiError::from_store(s),
+            LocalError::Poisoned => {
+                tracing::error!(error = %e, "store unusable");
+                ApiError::Internal
+            }
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    error: Inner<'a>,
+}
+
+#[derive(Serialize)]
+struct Inner<'a> {
+    code: &'a str,
+    message: String,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let code = self.code();
+        let body = serde_json::to_vec(&Body {
+            error: Inner {
+                code,
+                message: self.to_string(),
+            },
+        })
+        .expect("an error body always serialises");
+        let mut resp = (self.status(), body).into_response();
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        match self {
+            ApiError::MissingToken | ApiError::InvalidToken => {
+                h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::Overloaded(_) | ApiError::NotReady => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        resp.extensions_mut().insert(ErrorCode(code));
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_input_is_4xx_and_node_faults_are_5xx() {
+        let bad = [
+            ApiError::UnknownModel("x".into()),
+            ApiError::PayloadLength {
+                expected: 1,
+                found: 2,
+            },
+            ApiError::InvalidBlockId("x".into()),
+            ApiError::BodyTooLarge("x".into()),
+            ApiError::MissingToken,
+            ApiError::NamespaceForbidden("read"),
+            ApiError::NotFound,
+        ];
+        for e in bad {
+            assert!(e.status().is_client_error(), "{e:?}");
+        }
+        assert!(ApiError::Internal.status().is_server_error());
+        let full = ApiError::from_store(StoreError::Full {
+            needed: kvfabric_store::ByteCount(1),
+        });
+        assert_eq!(full.status(), StatusCode::INSUFFICIENT_STORAGE);
+    }
+
+    #[test]
+    fn the_body_is_the_documented_json() {
+        let resp = ApiError::PayloadLength {
+            expected: 10,
+            found: 9,
+        }
+        .into_response();
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            resp.extensions().get::<ErrorCode>().unwrap().0,
+            "payload_length"
+        );
+    }
+}

@@ -1,0 +1,150 @@
+//! Parsing the API's request headers and query strings into typed values, each failure a
+//! 400 naming the header and what was expected.
+
+use axum::http::HeaderMap;
+use kvfabric_store::rope::POSITION_MAX;
+use kvfabric_store::BlockId;
+
+use super::errors::ApiError;
+use crate::ids::ChunkKey;
+
+/// The model preset of a put.
+pub(crate) const MODEL: &str = "kvfabric-model";
+/// Tokens in a put's block.
+pub(crate) const TOKENS: &str = "kvfabric-tokens";
+/// First token's position of a rotated put.
+pub(crate) const POSITION: &str = "kvfabric-position";
+/// Chunk key of a put.
+pub(crate) const CHUNK_KEY: &str = "kvfabric-chunk-key";
+/// Where a read was served from (`local` or a node id).
+pub(crate) const SOURCE: &str = "kvfabric-source";
+/// The tier a read was served from.
+pub(crate) const TIER: &str = "kvfabric-tier";
+/// The model of a block served (an extension of the contract).
+pub(crate) const MODEL_OUT: &str = "kvfabric-model";
+
+fn text<'a>(h: &'a HeaderMap, name: &'static str) -> Result<Option<&'a str>, ApiError> {
+    match h.get(name) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .map(|s| Some(s.trim()))
+            .map_err(|_| ApiError::InvalidHeader {
+                name,
+                reason: "expected visible ASCII".into(),
+            }),
+    }
+}
+
+/// A required text header.
+pub(crate) fn required<'a>(h: &'a HeaderMap, name: &'static str) -> Result<&'a str, ApiError> {
+    text(h, name)?.ok_or(ApiError::MissingHeader(name))
+}
+
+fn integer(name: &'static str, s: &str) -> Result<u64, ApiError> {
+    s.parse().map_err(|_| ApiError::InvalidHeader {
+        name,
+        reason: format!(
+            "expected a non-negative integer, found {:?}",
+            s.chars().take(40).collect::<String>()
+        ),
+    })
+}
+
+/// A required integer header.
+pub(crate) fn required_u64(h: &HeaderMap, name: &'static str) -> Result<u64, ApiError> {
+    integer(name, required(h, name)?)
+}
+
+/// An optional position header, within what the fabric rotates to.
+pub(crate) fn position(h: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    text(h, POSITION)?
+        .map(|s| integer(POSITION, s).and_then(checked_position))
+        .transpose()
+}
+
+fn checked_position(p: u64) -> Result<u64, ApiError> {
+    if p > POSITION_MAX {
+        return Err(ApiError::PositionOutOfRange {
+            position: p,
+            max: POSITION_MAX,
+        });
+    }
+    Ok(p)
+}
+
+/// An optional chunk-key header.
+pub(crate) fn chunk_key(h: &HeaderMap) -> Result<Option<ChunkKey>, ApiError> {
+    text(h, CHUNK_KEY)?
+        .map(|s| {
+            ChunkKey::from_hex(s)
+                .map_err(|e| ApiError::InvalidChunkKey(format!("(header `{CHUNK_KEY}`): {e}")))
+        })
+        .transpose()
+}
+
+/// The declared body length, if any.
+pub(crate) fn content_length(h: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    text(h, "content-length")?
+        .map(|s| integer("content-length", s))
+        .transpose()
+}
+
+/// A block id from the path segment after `/v1/blocks/` (still percent-encoded: a valid id
+/// has no escapes, so anything else is refused as it is).
+pub(crate) fn block_id(path: &str) -> Result<BlockId, ApiError> {
+    let raw = path.strip_prefix("/v1/blocks/").unwrap_or(path);
+    BlockId::from_hex(raw).map_err(|e| ApiError::InvalidBlockId(e.to_string()))
+}
+
+/// The `position` of a read's query string; any other parameter is refused.
+pub(crate) fn query_position(query: Option<&str>) -> Result<Option<u64>, ApiError> {
+    let mut position = None;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if k != "position" {
+            return Err(ApiError::InvalidQuery(format!(
+                "expected only `position`, found {:?}",
+                k.chars().take(40).collect::<String>()
+            )));
+        }
+        if position.is_some() {
+            return Err(ApiError::InvalidQuery("`position` given twice".into()));
+        }
+        let p: u64 = v.parse().map_err(|_| {
+            ApiError::InvalidQuery(format!(
+                "position: expected a non-negative integer, found {:?}",
+                v.chars().take(40).collect::<String>()
+            ))
+        })?;
+        position = Some(checked_position(p)?);
+    }
+    Ok(position)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_and_ids_parse_strictly() {
+        assert_eq!(query_position(None).unwrap(), None);
+        assert_eq!(query_position(Some("position=12")).unwrap(), Some(12));
+        assert!(matches!(
+            query_position(Some("position=-1")),
+            Err(ApiError::InvalidQuery(_))
+        ));
+        assert!(matches!(
+            query_position(Some("pos=1")),
+            Err(ApiError::InvalidQuery(_))
+        ));
+        assert!(matches!(
+            query_position(Some("position=99999999999")),
+            Err(ApiError::PositionOutOfRange { .. })
+        ));
+        let id = "0f".repeat(32);
+        assert_eq!(block_id(&format!("/v1/blocks/{id}")).unwrap().to_hex(), id);
+        assert!(block_id("/v1/blocks/zz").is_err());
+        assert!(block_id(&format!("/v1/blocks/{id}%20")).is_err());
+    }
+}

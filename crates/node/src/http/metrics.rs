@@ -1,0 +1,314 @@
+//! The node's metrics: one `prometheus-client` [`Registry`] per node (no global statics),
+//! every series labelled `node="n<id>"`, exposed at `GET /metrics` in the OpenMetrics text
+//! format.
+//!
+//! Counted by the HTTP layer: requests by route, method and status; rejected requests by
+//! reason (the error code); block hits by tier and misses; payload bytes in and out; puts by
+//! dedup outcome. Mirrored from the store at each scrape (its counters are cumulative values it
+//! owns; the difference since the last scrape is added): verify failures, dedup collisions,
+//! evictions, demotions, promotions, quarantined disk entries, blocks recovered at open. Gauges
+//! are set at each scrape: tier capacity, use and blocks, held blocks, chunk keys.
+//!
+//! | series | type | labels |
+//! |---|---|---|
+//! | `kvfabric_http_requests_total` | counter | route, method, status |
+//! | `kvfabric_rejected_requests_total` | counter | reason |
+//! | `kvfabric_inflight_requests` | gauge | |
+//! | `kvfabric_block_hits_total` | counter | tier |
+//! | `kvfabric_block_misses_total` | counter | |
+//! | `kvfabric_bytes_in_total`, `kvfabric_bytes_out_total` | counter | |
+//! | `kvfabric_puts_total` | counter | dedup |
+//! | `kvfabric_verify_failures_total`, `kvfabric_dedup_collisions_total` | counter | |
+//! | `kvfabric_evictions_total`, `kvfabric_demotions_total`, `kvfabric_promotions_total` | counter | |
+//! | `kvfabric_quarantined_total`, `kvfabric_recovered_blocks_total` | counter | |
+//! | `kvfabric_tier_capacity_bytes`, `kvfabric_tier_used_bytes`, `kvfabric_tier_blocks` | gauge | tier |
+//! | `kvfabric_held_blocks`, `kvfabric_chunk_keys` | gauge | |
+
+use std::borrow::Cow;
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::ids::NodeId;
+use crate::local::Snapshot;
+
+/// Labels of a request.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RequestLabels {
+    /// Route template (a fixed set, see `track::route_label`).
+    pub(crate) route: &'static str,
+    /// Method (GET, HEAD, PUT, POST, DELETE or other).
+    pub(crate) method: &'static str,
+    /// Status code.
+    pub(crate) status: u16,
+}
+
+/// Labels of a rejected request.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ReasonLabels {
+    /// The error code.
+    pub(crate) reason: &'static str,
+}
+
+/// Labels naming a tier.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct TierLabels {
+    /// `gpu`, `host` or `disk`.
+    pub(crate) tier: &'static str,
+}
+
+/// Labels naming a dedup outcome.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct DedupLabels {
+    /// `new`, `shared` or `collision`.
+    pub(crate) dedup: &'static str,
+}
+
+/// The store's cumulative counters, mirrored.
+#[derive(Default)]
+struct StoreMirror {
+    verify_failures: Counter,
+    dedup_collisions: Counter,
+    evictions: Counter,
+    demotions: Counter,
+    promotions: Counter,
+    quarantined: Counter,
+    recovered: Counter,
+    /// The values last added, to add only the difference.
+    last: Mutex<[u64; 7]>,
+}
+
+/// Every metric of one node.
+pub(crate) struct Metrics {
+    registry: Registry,
+    pub(crate) requests: Family<RequestLabels, Counter>,
+    pub(crate) rejected: Family<ReasonLabels, Counter>,
+    pub(crate) inflight: Gauge,
+    pub(crate) hits: Family<TierLabels, Counter>,
+    pub(crate) misses: Counter,
+    pub(crate) bytes_in: Counter,
+    pub(crate) bytes_out: Counter,
+    pub(crate) puts: Family<DedupLabels, Counter>,
+    store: StoreMirror,
+    tier_capacity: Family<TierLabels, Gauge>,
+    tier_used: Family<TierLabels, Gauge>,
+    tier_blocks: Family<TierLabels, Gauge>,
+    held_blocks: Gauge,
+    chunk_keys: Gauge,
+}
+
+impl Metrics {
+    /// A fresh registry for node `node`.
+    pub(crate) fn new(node: NodeId) -> Metrics {
+        let labels = [(Cow::Borrowed("node"), Cow::Owned(node.to_string()))];
+        let mut r = Registry::with_prefix_and_labels("kvfabric", labels.into_iter());
+        let m = Metrics {
+            registry: Registry::default(),
+            requests: Family::default(),
+            rejected: Family::default(),
+            inflight: Gauge::default(),
+            hits: Family::default(),
+            misses: Counter::default(),
+            bytes_in: Counter::default(),
+            bytes_out: Counter::default(),
+            puts: Family::default(),
+            store: StoreMirror::default(),
+            tier_capacity: Family::default(),
+            tier_used: Family::default(),
+            tier_blocks: Family::default(),
+            held_blocks: Gauge::default(),
+            chunk_keys: Gauge::default(),
+        };
+        r.register(
+            "http_requests",
+            "HTTP requests by route, method and status",
+            m.requests.clone(),
+        );
+        r.register(
+            "rejected_requests",
+            "Requests refused, by error code",
+            m.rejected.clone(),
+        );
+        r.register(
+            "inflight_requests",
+            "Requests being handled",
+            m.inflight.clone(),
+        );
+        r.register("block_hits", "Block reads served, by tier", m.hits.clone());
+        r.register(
+            "block_misses",
+            "Block reads of ids not held",
+            m.misses.clone(),
+        );
+        r.register(
+            "bytes_in",
+            "Payload bytes received by puts",
+            m.bytes_in.clone(),
+        );
+        r.register(
+            "bytes_out",
+            "Payload bytes served by reads",
+            m.bytes_out.clone(),
+        );
+        r.register("puts", "Puts sealed, by dedup outcome", m.puts.clone());
+        let s = &m.store;
+        r.register(
+            "verify_failures",
+            "Tier reads whose bytes did not match their id (never served)",
+            s.verify_failures.clone(),
+        );
+        r.register(
+            "dedup_collisions",
+            "Seals whose id matched stored bytes that differ (a security signal)",
+            s.dedup_collisions.clone(),
+        );
+        r.register(
+            "evictions",
+            "Unreferenced blocks dropped from the last tier",
+            s.evictions.clone(),
+        );
+        r.register(
+            "demotions",
+            "Blocks moved to a slower tier",
+            s.demotions.clone(),
+        );
+        r.register(
+            "promotions",
+            "Blocks moved to a faster tier on a hit",
+            s.promotions.clone(),
+        );
+        r.register(
+            "quarantined",
+            "Disk entries quarantined (bytes did not match their id)",
+            s.quarantined.clone(),
+        );
+        r.register(
+            "recovered_blocks",
+            "Blocks recovered from disk at open",
+            s.recovered.clone(),
+        );
+        r.register(
+            "tier_capacity_bytes",
+            "Bytes a tier may hold",
+            m.tier_capacity.clone(),
+        );
+        r.register("tier_used_bytes", "Bytes a tier holds", m.tier_used.clone());
+        r.register("tier_blocks", "Blocks a tier holds", m.tier_blocks.clone());
+        r.register(
+            "held_blocks",
+            "Blocks this node holds a reference on",
+            m.held_blocks.clone(),
+        );
+        r.register(
+            "chunk_keys",
+            "Chunk keys known to this node",
+            m.chunk_keys.clone(),
+        );
+        Metrics { registry: r, ..m }
+    }
+
+    /// The OpenMetrics text of every series, store figures taken from `snapshot` (absent while
+    /// the store opens).
+    pub(crate) fn encode(&self, snapshot: Option<&Snapshot>) -> String {
+        if let Some(s) = snapshot {
+            self.mirror(s);
+        }
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+
+    fn mirror(&self, s: &Snapshot) {
+        let c = &s.counters;
+        let now = [
+            c.verify_failures,
+            c.dedup_collisions,
+            c.evictions,
+            c.demotions,
+            c.promotions,
+            c.disk.quarantined,
+            c.recovered,
+        ];
+        let m = &self.store;
+        let targets = [
+            &m.verify_failures,
+            &m.dedup_collisions,
+            &m.evictions,
+            &m.demotions,
+            &m.promotions,
+            &m.quarantined,
+            &m.recovered,
+        ];
+        let mut last = m.last.lock().unwrap_or_else(|p| p.into_inner());
+        for ((counter, now), last) in targets.iter().zip(now).zip(last.iter_mut()) {
+            counter.inc_by(now.saturating_sub(*last));
+            *last = now.max(*last);
+        }
+        drop(last);
+        for u in &s.usage {
+            let l = TierLabels {
+                tier: u.tier.name(),
+            };
+            self.tier_capacity
+                .get_or_create(&l)
+                .set(gauge(u.capacity.0));
+            self.tier_used.get_or_create(&l).set(gauge(u.used.0));
+            self.tier_blocks.get_or_create(&l).set(gauge(u.blocks));
+        }
+        self.held_blocks.set(gauge(s.held));
+        self.chunk_keys.set(gauge(s.chunk_keys));
+    }
+}
+
+fn gauge(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvfabric_store::{ByteCount, StoreCounters, Tier, TierUsage};
+
+    #[test]
+    fn store_counters_are_mirrored_by_difference() {
+        let m = Metrics::new(NodeId(7));
+        let mut s = Snapshot {
+            counters: StoreCounters::default(),
+            usage: vec![TierUsage {
+                tier: Tier::Host,
+                capacity: ByteCount(100),
+                used: ByteCount(40),
+                blocks: 2,
+            }],
+            held: 2,
+            chunk_keys: 1,
+        };
+        s.counters.demotions = 3;
+        m.encode(Some(&s));
+        s.counters.demotions = 5;
+        let text = m.encode(Some(&s));
+        assert!(
+            text.contains("kvfabric_demotions_total{node=\"n7\"} 5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kvfabric_tier_used_bytes{node=\"n7\",tier=\"host\"} 40"),
+            "{text}"
+        );
+        m.rejected
+            .get_or_create(&ReasonLabels {
+                reason: "not_found",
+            })
+            .inc();
+        let text = m.encode(None);
+        assert!(
+            text.contains("kvfabric_rejected_requests_total{node=\"n7\",reason=\"not_found\"} 1"),
+            "{text}"
+        );
+    }
+}

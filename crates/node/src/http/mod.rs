@@ -1,0 +1,58 @@
+//! The HTTP API (axum on hyper, HTTP/1.1): routes, errors, tenancy, metrics, and the bounded
+//! server loop.
+//!
+//! State is one [`App`] per node, shared by every request. The store behind it is reached
+//! only through [`LocalNode`], whose lock is never held across an `await`.
+
+mod body;
+pub(crate) mod errors;
+mod headers;
+pub(crate) mod metrics;
+mod routes;
+pub(crate) mod serve;
+pub(crate) mod tenancy;
+mod track;
+
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::Semaphore;
+
+use crate::config::Limits;
+use crate::ids::NodeId;
+use crate::local::LocalNode;
+use crate::presets::Catalog;
+use errors::ApiError;
+use metrics::Metrics;
+use tenancy::Tenancy;
+
+pub(crate) use routes::router;
+
+/// Everything a request handler may use.
+pub(crate) struct App {
+    /// This node.
+    pub(crate) node_id: NodeId,
+    /// This node's API address as clients reach it (`http://IP:PORT`).
+    pub(crate) api: String,
+    /// The presets accepted.
+    pub(crate) catalog: Catalog,
+    /// Tokens and namespaces.
+    pub(crate) tenancy: Tenancy,
+    /// Request limits.
+    pub(crate) limits: Limits,
+    /// This node's metrics.
+    pub(crate) metrics: Metrics,
+    /// The store, once open (set once, after recovery).
+    pub(crate) local: OnceLock<LocalNode>,
+    /// Permits for requests in flight.
+    pub(crate) inflight: Arc<Semaphore>,
+}
+
+/// The shared state of the router.
+pub(crate) type AppState = Arc<App>;
+
+impl App {
+    /// The store, or 503 `not_ready` while it opens.
+    pub(crate) fn local(&self) -> Result<&LocalNode, ApiError> {
+        self.local.get().ok_or(ApiError::NotReady)
+    }
+}

@@ -1,0 +1,83 @@
+//! `POST /v1/lookup`: chunk keys → block and owners, from this node's own knowledge.
+//!
+//! Until the directory is wired (issue 4) the answer covers what was put on this node with a
+//! chunk key: `owners` is `[this node]` for a key whose block it holds, and a key it does not
+//! know gets `"block": null, "owners": []`.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::http::body::read_bounded;
+use crate::http::errors::ApiError;
+use crate::http::AppState;
+use crate::ids::ChunkKey;
+
+/// Bytes of JSON allowed per key (64 hex digits, quotes, a comma, some spacing).
+const BODY_BYTES_PER_KEY: u64 = 80;
+/// Bytes of JSON allowed besides the keys.
+const BODY_BYTES_BASE: u64 = 1024;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LookupRequest {
+    keys: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct LookupResult {
+    key: String,
+    block: Option<String>,
+    owners: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct LookupResponse {
+    results: Vec<LookupResult>,
+}
+
+/// The handler.
+pub(crate) async fn lookup(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let local = app.local()?;
+    let read = app.tenancy.caller(&headers)?.read(&headers)?;
+    let max_keys = app.limits.max_lookup_keys;
+    let max_bytes = BODY_BYTES_BASE + BODY_BYTES_PER_KEY * u64::from(max_keys);
+    let deadline = Instant::now() + app.limits.body_read_timeout;
+    let timeout_ms = app.limits.body_read_timeout.as_millis();
+    let raw = read_bounded(body, max_bytes, deadline, timeout_ms).await?;
+    let req: LookupRequest =
+        serde_json::from_slice(&raw).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    if req.keys.len() > max_keys as usize {
+        return Err(ApiError::TooManyKeys {
+            max: max_keys,
+            found: req.keys.len(),
+        });
+    }
+    let keys = req
+        .keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            ChunkKey::from_hex(k).map_err(|e| ApiError::InvalidChunkKey(format!("keys[{i}]: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let found = local.lookup(&read, &keys).map_err(ApiError::from_local)?;
+    let me = app.node_id.to_string();
+    let results = keys
+        .iter()
+        .zip(found)
+        .map(|(k, block)| LookupResult {
+            key: k.to_hex(),
+            owners: block.iter().map(|_| me.clone()).collect(),
+            block: block.map(|b| b.to_hex()),
+        })
+        .collect();
+    Ok(super::json(&LookupResponse { results }))
+}

@@ -1,0 +1,66 @@
+//! The route table of the HTTP API.
+//!
+//! | method, path | success | refusals |
+//! |---|---|---|
+//! | `PUT /v1/blocks` | 201 put response | 400, 401, 403, 408, 413, 503, 507 |
+//! | `GET /v1/blocks/{id}` (`?position=P`) | 200 payload | 400, 401, 403, 404 |
+//! | `HEAD /v1/blocks/{id}` | 200 (length, source, tier) | 400, 401, 403, 404 |
+//! | `DELETE /v1/blocks/{id}` | 204 | 400, 401, 403, 404 |
+//! | `POST /v1/lookup` | 200 results | 400, 401, 403, 408, 413 |
+//! | `GET /v1/models` | 200 presets | 401 |
+//! | `GET /v1/cluster` | 200 members | 401 |
+//! | `GET /metrics` | 200 OpenMetrics text | |
+//! | `GET /healthz` | 200 while the process serves | |
+//! | `GET /readyz` | 200 once the store is open | 503 `not_ready` |
+//!
+//! Any other path is 404 `route_not_found`, another method 405 `method_not_allowed`. Every
+//! route may also answer 503 `overloaded` (too many requests in flight) and the store-backed
+//! ones 503 `not_ready` while the store opens. `/metrics`, `/healthz` and `/readyz` need no
+//! token; everything under `/v1` does when the node has tenants.
+
+mod blocks;
+mod info;
+mod lookup;
+mod put;
+
+use axum::routing::{get, post, put};
+use axum::Router;
+
+use super::errors::ApiError;
+use super::AppState;
+
+/// The API's routes, with `state`.
+pub(crate) fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/blocks", put(put::put_block))
+        .route(
+            "/v1/blocks/{id}",
+            get(blocks::get_block)
+                .head(blocks::head_block)
+                .delete(blocks::delete_block),
+        )
+        .route("/v1/lookup", post(lookup::lookup))
+        .route("/v1/models", get(info::models))
+        .route("/v1/cluster", get(info::cluster))
+        .route("/metrics", get(info::metrics))
+        .route("/healthz", get(info::healthz))
+        .route("/readyz", get(info::readyz))
+        .fallback(|| async { ApiError::RouteNotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            super::track::track,
+        ))
+        .with_state(state)
+}
+
+/// A JSON response body.
+fn json<T: serde::Serialize>(v: &T) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let body = serde_json::to_vec(v).expect("API responses always serialise");
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}

@@ -1,0 +1,171 @@
+//! `PUT /v1/blocks`: receive a payload straight into a store reservation, seal it, hold it.
+//!
+//! Checks run cheapest first and before any byte of the body is read: the token, the headers,
+//! the model, the token count, the declared length. The body then streams into the
+//! reservation piece by piece (the store lock is taken per piece, never across a read); any
+//! refusal after that cancels the reservation (see [`PutSession`]).
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use kvfabric_store::{NamespaceKey, PutForm, StoreError};
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::http::body::{drain, next_piece};
+use crate::http::errors::ApiError;
+use crate::http::headers;
+use crate::http::metrics::DedupLabels;
+use crate::http::{App, AppState};
+use crate::ids::ChunkKey;
+use crate::local::{PutError, PutSession};
+use crate::presets::Model;
+
+/// Replicas acknowledged on one node (the cluster path raises it with its replication factor).
+const REPLICAS_LOCAL: u32 = 1;
+
+/// The 201 body.
+#[derive(Serialize)]
+struct PutResponse {
+    /// Content id (hex).
+    block: String,
+    /// `new`, `shared` or `collision`.
+    dedup: &'static str,
+    /// Stored bytes of the block (its 64-byte header and the payload).
+    bytes: u64,
+    /// Nodes holding a verified copy.
+    replicas: u32,
+}
+
+/// What the headers decided, before any byte of the body is read.
+struct Plan<'a> {
+    ns: NamespaceKey,
+    model: &'a Model,
+    form: PutForm,
+    chunk_key: Option<ChunkKey>,
+}
+
+/// The handler.
+pub(crate) async fn put_block(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let max = app.limits.max_body_bytes;
+    let timeout_ms = app.limits.body_read_timeout.as_millis();
+    let deadline = Instant::now() + app.limits.body_read_timeout;
+    let plan = match plan(&app, &headers) {
+        Ok(p) => p,
+        // Read what was sent (within the body limit) so the client gets this answer instead
+        // of a reset connection; a body declared past the limit is not read at all.
+        Err(e @ ApiError::BodyTooLarge(_)) => return Err(e),
+        Err(e) => {
+            let _ = drain(body, 0, max, deadline, timeout_ms).await;
+            return Err(e);
+        }
+    };
+    let local = app.local()?;
+    let g = &plan.model.geometry;
+    let expected = plan.model.layout.payload_len;
+    if let Some(declared) = headers::content_length(&headers)? {
+        if declared != expected {
+            let found = drain(body, 0, max, deadline, timeout_ms).await?;
+            return Err(ApiError::PayloadLength { expected, found });
+        }
+    }
+
+    let mut session = match PutSession::begin(local, g, expected) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = drain(body, 0, max, deadline, timeout_ms).await;
+            return Err(ApiError::from_local(e));
+        }
+    };
+    let mut body = body;
+    while let Some(piece) = next_piece(&mut body, deadline, timeout_ms).await? {
+        match session.write(&piece) {
+            Ok(()) => {}
+            Err(PutError::Length { .. }) => {
+                let already = session.written() + piece.len() as u64;
+                drop(session); // cancels the reservation before the drain
+                let found = drain(body, already, max, deadline, timeout_ms).await?;
+                return Err(ApiError::PayloadLength { expected, found });
+            }
+            Err(PutError::Local(e)) => return Err(ApiError::from_local(e)),
+        }
+    }
+    let sealed = match session.seal(plan.ns, g, plan.form, plan.chunk_key) {
+        Ok(s) => s,
+        Err(PutError::Length { expected, found }) => {
+            return Err(ApiError::PayloadLength { expected, found })
+        }
+        Err(PutError::Local(e)) => return Err(ApiError::from_local(e)),
+    };
+    app.metrics.bytes_in.inc_by(expected);
+    app.metrics
+        .puts
+        .get_or_create(&DedupLabels {
+            dedup: sealed.dedup.name(),
+        })
+        .inc();
+    tracing::debug!(block = %sealed.id, model = %g.name, dedup = sealed.dedup.name(), "sealed");
+    let resp = PutResponse {
+        block: sealed.id.to_hex(),
+        dedup: sealed.dedup.name(),
+        bytes: sealed.bytes.0,
+        replicas: REPLICAS_LOCAL,
+    };
+    Ok((StatusCode::CREATED, super::json(&resp)).into_response())
+}
+
+/// Every check that needs no body: the node is ready, the token, the headers, the model, the
+/// token count, the declared length against the body limit.
+fn plan<'a>(app: &'a App, headers: &HeaderMap) -> Result<Plan<'a>, ApiError> {
+    app.local()?;
+    let ns = app.tenancy.caller(headers)?.write(headers)?;
+    let model = app
+        .catalog
+        .lookup(headers::required(headers, headers::MODEL)?)
+        .map_err(ApiError::from_store)?;
+    let g = &model.geometry;
+    if !g.is_storable() {
+        return Err(ApiError::from_store(StoreError::NotStorable {
+            name: g.name.clone(),
+            kind: g.kind().name(),
+        }));
+    }
+    let tokens = headers::required_u64(headers, headers::TOKENS)?;
+    if tokens != u64::from(model.layout.block_tokens) {
+        return Err(ApiError::TokenCount {
+            expected: model.layout.block_tokens,
+            found: tokens,
+        });
+    }
+    let form = match headers::position(headers)? {
+        Some(position) => PutForm::Rotated { position },
+        None => PutForm::Canonical,
+    };
+    let chunk_key = headers::chunk_key(headers)?;
+    let expected = model.layout.payload_len;
+    let max = app.limits.max_body_bytes;
+    if expected > max {
+        return Err(ApiError::BodyTooLarge(format!(
+            "a `{}` block is {expected} bytes; this node accepts at most {max}",
+            g.name
+        )));
+    }
+    if let Some(declared) = headers::content_length(headers)? {
+        if declared > max {
+            return Err(ApiError::BodyTooLarge(format!(
+                "expected at most {max} bytes, found {declared}"
+            )));
+        }
+    }
+    Ok(Plan {
+        ns,
+        model,
+        form,
+        chunk_key,
+    })
+}

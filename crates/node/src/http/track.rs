@@ -1,0 +1,113 @@
+//! The request tracker: a middleware around every route that bounds the requests in flight
+//! (503 `overloaded` beyond `limits.max_inflight_requests`; the probes `/healthz`, `/readyz`
+//! and `/metrics` are exempt, so an overloaded node still reports itself), counts every request by route,
+//! method and status and every error response by its code, and logs one structured line per
+//! request.
+
+use std::time::Instant;
+
+use axum::extract::{Request, State};
+use axum::http::Method;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use prometheus_client::metrics::gauge::Gauge;
+
+use super::errors::{ApiError, ErrorCode};
+use super::metrics::{ReasonLabels, RequestLabels};
+use super::AppState;
+
+/// The route template of a path: a fixed set, so metric labels stay bounded.
+pub(crate) fn route_label(path: &str) -> &'static str {
+    match path {
+        "/v1/blocks" => "/v1/blocks",
+        p if p.starts_with("/v1/blocks/") => "/v1/blocks/{id}",
+        "/v1/lookup" => "/v1/lookup",
+        "/v1/models" => "/v1/models",
+        "/v1/cluster" => "/v1/cluster",
+        "/metrics" => "/metrics",
+        "/healthz" => "/healthz",
+        "/readyz" => "/readyz",
+        _ => "other",
+    }
+}
+
+fn method_label(m: &Method) -> &'static str {
+    match *m {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::PUT => "PUT",
+        Method::POST => "POST",
+        Method::DELETE => "DELETE",
+        _ => "other",
+    }
+}
+
+/// Decrements the in-flight gauge however the request ends (a client that goes away drops
+/// the request future mid-way).
+struct InFlight(Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// The middleware.
+pub(crate) async fn track(State(app): State<AppState>, req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let method = method_label(req.method());
+    let route = route_label(req.uri().path());
+    let probe = matches!(route, "/healthz" | "/readyz" | "/metrics");
+    let permit = if probe {
+        Ok(None)
+    } else {
+        app.inflight.clone().try_acquire_owned().map(Some)
+    };
+    let resp = match permit {
+        Err(_) => ApiError::Overloaded(app.limits.max_inflight_requests).into_response(),
+        Ok(None) => next.run(req).await,
+        Ok(Some(permit)) => {
+            app.metrics.inflight.inc();
+            let _guard = InFlight(app.metrics.inflight.clone());
+            let resp = next.run(req).await;
+            drop(permit);
+            resp
+        }
+    };
+    let status = resp.status().as_u16();
+    app.metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            route,
+            method,
+            status,
+        })
+        .inc();
+    let code = resp.extensions().get::<ErrorCode>().map(|c| c.0);
+    if let Some(reason) = code {
+        app.metrics
+            .rejected
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+    let elapsed_us = start.elapsed().as_micros() as u64;
+    if status >= 500 {
+        tracing::warn!(method, route, status, elapsed_us, error = code, "request");
+    } else {
+        tracing::info!(method, route, status, elapsed_us, error = code, "request");
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_labels_are_a_fixed_set() {
+        assert_eq!(route_label("/v1/blocks/abc"), "/v1/blocks/{id}");
+        assert_eq!(route_label("/v1/blocks"), "/v1/blocks");
+        assert_eq!(route_label("/nope/../x"), "other");
+        assert_eq!(method_label(&Method::PATCH), "other");
+    }
+}

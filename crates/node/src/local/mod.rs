@@ -1,0 +1,286 @@
+//! The node's local side: the tiered [`Store`] with what this node holds ([`Held`]) and the
+//! chunk keys put on it ([`ChunkIndex`]), behind one lock.
+//!
+//! [`LocalNode`] is the only way in. Every call takes the lock for the duration of one store
+//! operation and never across an `await` (the callers are async; these methods are not), and
+//! runs inside [`tokio::task::block_in_place`] because a store call may read or write the disk
+//! tier. The cluster path wraps this type (remote fetches on a local miss, ownership records on
+//! put) rather than changing it.
+
+mod chunks;
+mod held;
+mod put;
+
+use std::sync::{Mutex, MutexGuard};
+
+use kvfabric_store::{
+    BlockId, NamespaceKey, Store, StoreConfig, StoreCounters, StoreError, Tier, TierUsage,
+    VerifiedBlock, HEADER_LEN,
+};
+
+pub(crate) use chunks::ChunkIndex;
+pub(crate) use held::Held;
+pub(crate) use put::{PutError, PutSession};
+
+use crate::ids::ChunkKey;
+
+/// What the local side can fail at.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LocalError {
+    /// The store refused or failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A store call panicked while holding the lock; the store's state is not trusted since.
+    #[error("the store lock is poisoned (a store call panicked); restart the node")]
+    Poisoned,
+}
+
+/// What opening found on disk.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Recovery {
+    /// Blocks recovered into a configured namespace and held again.
+    pub(crate) held: u64,
+    /// Blocks recovered under a namespace no longer configured: released (evictable).
+    pub(crate) orphaned: u64,
+}
+
+/// The outcome of a delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Deleted {
+    /// The node's reference was dropped.
+    Released,
+    /// The block is readable by the caller (a shared namespace) but not theirs to delete.
+    Forbidden,
+    /// Not held in any namespace the caller may read.
+    NotFound,
+}
+
+/// A snapshot for metrics and `GET /v1/cluster`.
+#[derive(Debug, Clone)]
+pub(crate) struct Snapshot {
+    /// The store's counters.
+    pub(crate) counters: StoreCounters,
+    /// Capacity and use per tier.
+    pub(crate) usage: Vec<TierUsage>,
+    /// Blocks held.
+    pub(crate) held: u64,
+    /// Chunk keys mapped.
+    pub(crate) chunk_keys: u64,
+}
+
+/// Everything behind the lock.
+pub(crate) struct Local {
+    /// The tiered store.
+    pub(crate) store: Store,
+    /// What this node holds a reference on.
+    pub(crate) held: Held,
+    /// Chunk keys put on this node.
+    pub(crate) chunks: ChunkIndex,
+}
+
+/// The local side of a node.
+pub(crate) struct LocalNode {
+    inner: Mutex<Local>,
+}
+
+impl LocalNode {
+    /// Opens the store and re-holds the blocks recovered from disk whose namespace is one of
+    /// `namespaces` (each recovered block comes back with one reference, held for the node).
+    pub(crate) fn open(
+        config: StoreConfig,
+        namespaces: &[NamespaceKey],
+    ) -> Result<(LocalNode, Recovery), StoreError> {
+        let mut store = Store::open(config)?;
+        let mut held = Held::default();
+        let mut recovery = Recovery::default();
+        for (slot, id, _) in store.live_slots() {
+            let ns = store.namespace_of(slot)?;
+            match namespaces.iter().find(|n| **n == ns) {
+                Some(ns) => {
+                    held.insert(*ns, id, slot);
+                    recovery.held += 1;
+                }
+                None => {
+                    store.release(slot)?;
+                    recovery.orphaned += 1;
+                }
+            }
+        }
+        let local = Local {
+            store,
+            held,
+            chunks: ChunkIndex::default(),
+        };
+        Ok((
+            LocalNode {
+                inner: Mutex::new(local),
+            },
+            recovery,
+        ))
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Local>, LocalError> {
+        self.inner.lock().map_err(|_| LocalError::Poisoned)
+    }
+
+    /// Runs `f` under the lock, off the async workers' fast path (it may touch the disk).
+    pub(crate) fn with<R>(
+        &self,
+        f: impl FnOnce(&mut Local) -> Result<R, LocalError>,
+    ) -> Result<R, LocalError> {
+        block_in_place(|| f(&mut *self.lock()?))
+    }
+
+    /// Reads `id` from the first namespace of `read` that holds it: the whole verified block
+    /// and the tier it was served from. `None` when none does.
+    ///
+    /// Every namespace of `read` is probed (no early exit) so the work does not depend on
+    /// where, or whether, the id is held.
+    pub(crate) fn get(
+        &self,
+        read: &[NamespaceKey],
+        id: &BlockId,
+    ) -> Result<Option<(VerifiedBlock, Tier)>, LocalError> {
+        self.with(|l| {
+            let Some(ns) = l.find(read, id) else {
+                return Ok(None);
+            };
+            match l.store.get(id, &ns) {
+                Ok(found) => Ok(Some(found)),
+                // Its slots were quarantined (bytes did not verify): not held any more.
+                Err(StoreError::NotFound(_)) => {
+                    l.forget(&ns, id);
+                    Ok(None)
+                }
+                Err(e) => Err(e.into()),
+            }
+        })
+    }
+
+    /// Where `id` sits and its payload length, without reading it.
+    pub(crate) fn head(
+        &self,
+        read: &[NamespaceKey],
+        id: &BlockId,
+    ) -> Result<Option<(Tier, u64)>, LocalError> {
+        self.with(|l| {
+            let Some(ns) = l.find(read, id) else {
+                return Ok(None);
+            };
+            match l.store.slots_of(id, &ns).first() {
+                Some(slot) => {
+                    let h = l.store.handle(*slot)?;
+                    Ok(Some((h.tier, h.len.0.saturating_sub(HEADER_LEN as u64))))
+                }
+                None => {
+                    l.forget(&ns, id);
+                    Ok(None)
+                }
+            }
+        })
+    }
+
+    /// Drops the node's reference on `id` in `write` (and frees it if nothing else holds it).
+    /// `read` decides whether a block the caller may not delete is [`Deleted::Forbidden`]
+    /// (visible to them) or [`Deleted::NotFound`].
+    pub(crate) fn delete(
+        &self,
+        write: &NamespaceKey,
+        read: &[NamespaceKey],
+        id: &BlockId,
+    ) -> Result<Deleted, LocalError> {
+        self.with(|l| {
+            if l.held.contains(write, id) {
+                l.release(write, id)?;
+                return Ok(Deleted::Released);
+            }
+            if l.find(read, id).is_some() {
+                return Ok(Deleted::Forbidden);
+            }
+            Ok(Deleted::NotFound)
+        })
+    }
+
+    /// For each key, the block it maps to in the first namespace of `read` that maps it to a
+    /// held block.
+    pub(crate) fn lookup(
+        &self,
+        read: &[NamespaceKey],
+        keys: &[ChunkKey],
+    ) -> Result<Vec<Option<BlockId>>, LocalError> {
+        self.with(|l| {
+            Ok(keys
+                .iter()
+                .map(|k| {
+                    read.iter()
+                        .find_map(|ns| l.chunks.get(ns, k).filter(|id| l.held.contains(ns, id)))
+                })
+                .collect())
+        })
+    }
+
+    /// Counters, tier use and index sizes.
+    pub(crate) fn snapshot(&self) -> Result<Snapshot, LocalError> {
+        self.with(|l| {
+            Ok(Snapshot {
+                counters: l.store.counters(),
+                usage: l.store.usage(),
+                held: l.held.len() as u64,
+                chunk_keys: l.chunks.len() as u64,
+            })
+        })
+    }
+}
+
+impl Local {
+    /// The namespace of `read` holding `id`, probing all of them.
+    fn find(&self, read: &[NamespaceKey], id: &BlockId) -> Option<NamespaceKey> {
+        let mut found = None;
+        for ns in read {
+            if self.held.contains(ns, id) && found.is_none() {
+                found = Some(*ns);
+            }
+        }
+        found
+    }
+
+    /// Drops the node's references on a held block and frees what nothing else uses.
+    fn release(&mut self, ns: &NamespaceKey, id: &BlockId) -> Result<(), LocalError> {
+        let Some(block) = self.held.remove(ns, id) else {
+            return Ok(());
+        };
+        self.chunks.forget(ns, &block.chunk_keys);
+        for slot in block.slots {
+            match self.store.release(slot) {
+                Ok(_) => {
+                    self.store.remove_if_unused(slot)?;
+                }
+                // Quarantined or dropped since: nothing left to release.
+                Err(StoreError::StaleSlot(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets a held block whose slots are gone from the store.
+    fn forget(&mut self, ns: &NamespaceKey, id: &BlockId) {
+        if let Some(block) = self.held.remove(ns, id) {
+            self.chunks.forget(ns, &block.chunk_keys);
+        }
+    }
+}
+
+/// [`tokio::task::block_in_place`] on a multi-threaded runtime; a plain call elsewhere (unit
+/// tests, the current-thread runtime where it would panic).
+fn block_in_place<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

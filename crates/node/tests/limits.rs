@@ -1,0 +1,116 @@
+//! Bounds under misbehaving clients: requests in flight, slow bodies, clients that vanish
+//! mid-body. Each refusal is a JSON error, the reservation is given back, and the node keeps
+//! serving.
+
+mod common;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{payload, tiny, Options, TestNode, TOKEN_A};
+
+/// Opens a put of the tiny model and sends its headers and half its body, then stops.
+fn half_put(node: &TestNode) -> TcpStream {
+    let g = tiny();
+    let p = payload(&g, 70);
+    let mut s = TcpStream::connect(node.url.trim_start_matches("http://")).unwrap();
+    s.set_read_timeout(Some(common::CALL_TIMEOUT)).unwrap();
+    write!(
+        s,
+        "PUT /v1/blocks HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN_A}\r\n\
+         kvfabric-model: tiny-mla\r\nkvfabric-tokens: 64\r\ncontent-length: {}\r\n\r\n",
+        p.len()
+    )
+    .unwrap();
+    s.write_all(&p[..p.len() / 2]).unwrap();
+    s.flush().unwrap();
+    s
+}
+
+fn host_used(node: &TestNode) -> f64 {
+    node.metric("kvfabric_tier_used_bytes{node=\"n1\",tier=\"host\"}")
+}
+
+/// Polls `f` until it holds (bounded; nothing here asserts on timing).
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !f() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn requests_beyond_the_inflight_limit_are_503_and_slow_bodies_408() {
+    let node = TestNode::start(Options {
+        limits: "max_inflight_requests = 1\nbody_read_timeout_ms = 3000".into(),
+        ..Options::default()
+    });
+    let mut slow = half_put(&node);
+    eventually("the second request is refused as overloaded", || {
+        let r = node.get(Some(TOKEN_A), "/v1/models", &[]);
+        if r.status == 503 {
+            r.assert_error(503, "overloaded");
+            assert_eq!(r.header("retry-after"), Some("1"));
+            true
+        } else {
+            false
+        }
+    });
+    assert_eq!(
+        node.get(None, "/healthz", &[]).status,
+        200,
+        "probes are exempt"
+    );
+    assert!(host_used(&node) > 0.0, "the half put holds a reservation");
+    let mut answer = String::new();
+    let _ = std::io::Read::read_to_string(&mut slow, &mut answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"body_timeout\""), "{answer}");
+    eventually("the reservation is given back", || host_used(&node) == 0.0);
+    node.assert_serving(71);
+}
+
+#[test]
+fn a_client_that_vanishes_mid_body_leaks_nothing() {
+    let node = TestNode::start(Options::default());
+    for _ in 0..3 {
+        let s = half_put(&node);
+        eventually("the put is under way", || host_used(&node) > 0.0);
+        drop(s);
+        eventually("the reservation is given back", || host_used(&node) == 0.0);
+    }
+    assert_eq!(
+        node.metric("kvfabric_inflight_requests{node=\"n1\"}"),
+        0.0,
+        "in-flight requests are accounted however they end"
+    );
+    node.assert_serving(72);
+}
+
+#[test]
+fn sigterm_stops_the_node_cleanly() {
+    let mut node = TestNode::start(Options::default());
+    node.assert_serving(73);
+    let status = node.terminate();
+    assert!(status.success(), "{status:?}");
+    assert!(node.log().contains("shutting down"));
+}
+
+#[test]
+fn a_second_node_on_the_same_data_dir_exits_with_the_reason() {
+    let node = TestNode::start(Options::default());
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_kvfabric"))
+        .args(["node", "--config", node.config_path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("kvfabric: error: opening the store"),
+        "{err}"
+    );
+    node.assert_serving(74);
+}

@@ -1,0 +1,90 @@
+//! The bench's second process: serves the blocks over QUIC (tuned and stock) and plain TCP.
+//!
+//! Prints `id HEX` per block, then `ready QUIC_TUNED QUIC_STOCK TCP`, then serves until its
+//! standard input closes (the parent exiting or dropping the pipe ends it).
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kvfabric_store::NamespaceKey;
+use kvfabric_transport::conformance::sources::test_block;
+use kvfabric_transport::{MemorySource, NodeIdentity, QuicTransport};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::opts::Opts;
+use crate::{ns, PAYLOAD_BYTES};
+
+/// The bench's blocks, deterministic per index.
+pub(crate) fn blocks(namespace: NamespaceKey, n: usize) -> Vec<kvfabric_store::VerifiedBlock> {
+    (0..n)
+        .map(|i| test_block(namespace, PAYLOAD_BYTES, i as u64 + 1))
+        .collect()
+}
+
+/// TCP baseline protocol: the client sends a u32 count; the server sends that many blocks
+/// (round robin), each as a u64 LE length then the bytes. A count of 0 ends the connection.
+async fn serve_tcp(mut stream: TcpStream, blocks: Arc<Vec<Bytes>>) -> anyhow::Result<()> {
+    stream.set_nodelay(true)?;
+    let mut next = 0usize;
+    loop {
+        let count = stream.read_u32_le().await?;
+        if count == 0 {
+            return Ok(());
+        }
+        for _ in 0..count {
+            let b = &blocks[next % blocks.len()];
+            next += 1;
+            stream.write_u64_le(b.len() as u64).await?;
+            stream.write_all(b).await?;
+        }
+    }
+}
+
+pub(crate) fn run(dir: &Path, opts: &Opts) -> anyhow::Result<()> {
+    let rt = crate::runtime()?;
+    rt.block_on(async {
+        let blocks = blocks(ns(), opts.blocks);
+        let source = Arc::new(MemorySource::new());
+        let mut out = std::io::stdout().lock();
+        for b in &blocks {
+            writeln!(out, "id {}", b.id().to_hex())?;
+            source.insert(b.clone());
+        }
+        let identity = NodeIdentity::load_from_dir(dir, "node1")?;
+        let lo = "127.0.0.1:0".parse()?;
+        let tuned = QuicTransport::bind(opts.tuned(), &identity, lo, source.clone()).await?;
+        let stock = QuicTransport::bind(opts.stock(), &identity, lo, source).await?;
+        let tcp = TcpListener::bind("127.0.0.1:0").await?;
+        let raw: Arc<Vec<Bytes>> = Arc::new(
+            blocks
+                .into_iter()
+                .map(|b| Bytes::from(b.into_bytes()))
+                .collect(),
+        );
+        writeln!(
+            out,
+            "ready {} {} {}",
+            tuned.local_addr(),
+            stock.local_addr(),
+            tcp.local_addr()?
+        )?;
+        out.flush()?;
+        drop(out);
+        tokio::spawn(async move {
+            while let Ok((s, _)) = tcp.accept().await {
+                tokio::spawn(serve_tcp(s, raw.clone()));
+            }
+        });
+        // Serve until the parent closes our stdin.
+        tokio::task::spawn_blocking(|| {
+            let stdin = std::io::stdin();
+            for _ in stdin.lock().lines() {}
+        })
+        .await?;
+        drop((tuned, stock));
+        Ok(())
+    })
+}

@@ -1,0 +1,145 @@
+//! [`TransportCounters`]: what one transport instance has seen, owned by that instance.
+//!
+//! Plain relaxed atomics (each counter is independent; nobody derives invariants across two of
+//! them). No global statics: two transports in one process (as in the tests) count apart.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Live counters of one transport; read them with [`TransportCounters::snapshot`].
+#[derive(Debug, Default)]
+pub struct TransportCounters {
+    fetches_ok: AtomicU64,
+    fetches_failed: AtomicU64,
+    verify_failures: AtomicU64,
+    protocol_violations: AtomicU64,
+    timeouts: AtomicU64,
+    connections_opened: AtomicU64,
+    connections_closed: AtomicU64,
+    handshakes_refused: AtomicU64,
+    blocks_served: AtomicU64,
+    not_found_served: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    fetches_in_flight: AtomicU64,
+    fetches_in_flight_peak: AtomicU64,
+}
+
+/// A point-in-time copy of [`TransportCounters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CountersSnapshot {
+    /// Fetches that yielded a verified block.
+    pub fetches_ok: u64,
+    /// Fetches from one peer that ended in an error (each owner tried counts once).
+    pub fetches_failed: u64,
+    /// Blocks whose bytes hashed to another id; dropped, never installed.
+    pub verify_failures: u64,
+    /// Malformed, truncated, oversized or out-of-place frames from peers.
+    pub protocol_violations: u64,
+    /// Bounded waits that ran out (connect, fetch, request).
+    pub timeouts: u64,
+    /// Connections established (either side).
+    pub connections_opened: u64,
+    /// Connections this side closed or lost (either side).
+    pub connections_closed: u64,
+    /// Handshakes refused by TLS (a certificate not signed by the cluster CA, a wrong name).
+    pub handshakes_refused: u64,
+    /// Blocks this side served.
+    pub blocks_served: u64,
+    /// Requests this side answered with not-found or unavailable.
+    pub not_found_served: u64,
+    /// Block bytes received (headers and payload, before verification).
+    pub bytes_in: u64,
+    /// Block bytes sent.
+    pub bytes_out: u64,
+    /// Fetches holding a slot now.
+    pub fetches_in_flight: u64,
+    /// The most fetches that ever held a slot at once (at most `fetches_in_flight_max`).
+    pub fetches_in_flight_peak: u64,
+}
+
+macro_rules! bump {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[doc = concat!("Adds one to `", stringify!($name), "`.")]
+            pub(crate) fn $name(&self) {
+                self.$name.fetch_add(1, Ordering::Relaxed);
+            }
+        )*
+    };
+}
+
+impl TransportCounters {
+    bump!(
+        fetches_ok,
+        fetches_failed,
+        verify_failures,
+        protocol_violations,
+        timeouts,
+        connections_opened,
+        connections_closed,
+        handshakes_refused,
+        blocks_served,
+        not_found_served,
+    );
+
+    /// Adds received bytes.
+    pub(crate) fn add_bytes_in(&self, n: u64) {
+        self.bytes_in.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Adds sent bytes.
+    pub(crate) fn add_bytes_out(&self, n: u64) {
+        self.bytes_out.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A fetch took a slot; tracks the peak.
+    pub(crate) fn fetch_started(&self) {
+        let now = self.fetches_in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.fetches_in_flight_peak
+            .fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// A fetch gave its slot back.
+    pub(crate) fn fetch_ended(&self) {
+        self.fetches_in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Copies every counter.
+    pub fn snapshot(&self) -> CountersSnapshot {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        CountersSnapshot {
+            fetches_ok: g(&self.fetches_ok),
+            fetches_failed: g(&self.fetches_failed),
+            verify_failures: g(&self.verify_failures),
+            protocol_violations: g(&self.protocol_violations),
+            timeouts: g(&self.timeouts),
+            connections_opened: g(&self.connections_opened),
+            connections_closed: g(&self.connections_closed),
+            handshakes_refused: g(&self.handshakes_refused),
+            blocks_served: g(&self.blocks_served),
+            not_found_served: g(&self.not_found_served),
+            bytes_in: g(&self.bytes_in),
+            bytes_out: g(&self.bytes_out),
+            fetches_in_flight: g(&self.fetches_in_flight),
+            fetches_in_flight_peak: g(&self.fetches_in_flight_peak),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peak_tracks_the_most_concurrent() {
+        let c = TransportCounters::default();
+        c.fetch_started();
+        c.fetch_started();
+        c.fetch_ended();
+        c.fetch_started();
+        c.fetch_ended();
+        let s = c.snapshot();
+        assert_eq!(s.fetches_in_flight, 1);
+        assert_eq!(s.fetches_in_flight_peak, 2);
+    }
+}

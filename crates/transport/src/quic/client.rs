@@ -1,0 +1,310 @@
+//! The fetching side: one pooled connection per peer, a stream per block, a bounded number of
+//! fetches in flight, every fetch bounded in time.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use kvfabric_store::{BlockId, NamespaceKey};
+use quinn::{Connection, ReadExactError};
+use tokio::sync::Semaphore;
+
+use crate::config::TransportConfig;
+use crate::counters::TransportCounters;
+use crate::error::TransportError;
+use crate::frame::{decode_response, FrameError, FrameHeader, FrameKind, FRAME_HEADER_LEN};
+use crate::peer::PeerAddr;
+use crate::quic::errors;
+use crate::receive::{PayloadSink, ReceiveError};
+
+/// One peer's connection, shared by every fetch from that peer.
+struct Slot {
+    conn: tokio::sync::Mutex<Option<Connection>>,
+    last_used_ms: AtomicU64,
+}
+
+/// Everything the fetching side owns.
+pub(crate) struct Client {
+    pub(crate) endpoint: quinn::Endpoint,
+    pub(crate) client_config: quinn::ClientConfig,
+    pub(crate) config: TransportConfig,
+    pub(crate) counters: Arc<TransportCounters>,
+    pub(crate) fetch_slots: Arc<Semaphore>,
+    pool: Mutex<HashMap<PeerAddr, Arc<Slot>>>,
+    epoch: Instant,
+}
+
+/// Gives a fetch slot's count back however the fetch ends (including cancellation).
+struct InFlight<'a>(&'a TransportCounters);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_ended();
+    }
+}
+
+impl Client {
+    pub(crate) fn new(
+        endpoint: quinn::Endpoint,
+        client_config: quinn::ClientConfig,
+        config: TransportConfig,
+        counters: Arc<TransportCounters>,
+    ) -> Client {
+        Client {
+            endpoint,
+            client_config,
+            fetch_slots: Arc::new(Semaphore::new(config.fetches_in_flight_max)),
+            config,
+            counters,
+            pool: Mutex::new(HashMap::new()),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// One fetch from one peer into `sink`, bounded by `fetch_timeout_ms`, counted.
+    pub(crate) async fn fetch<S: PayloadSink>(
+        &self,
+        peer: &PeerAddr,
+        namespace: NamespaceKey,
+        id: BlockId,
+        sink: S,
+    ) -> Result<S::Output, TransportError> {
+        let attempt = async {
+            let _permit = self
+                .fetch_slots
+                .acquire()
+                .await
+                .map_err(|_| TransportError::Closed)?;
+            self.counters.fetch_started();
+            let _in_flight = InFlight(&self.counters);
+            let conn = self.connection(peer).await?;
+            self.fetch_on(&conn, peer, namespace, id, sink).await
+        };
+        let result = match tokio::time::timeout(self.config.fetch_timeout(), attempt).await {
+            Ok(r) => r,
+            Err(_) => {
+                self.counters.timeouts();
+                Err(TransportError::Timeout {
+                    peer: peer.clone(),
+                    what: "fetch",
+                    after_ms: self.config.fetch_timeout_ms,
+                })
+            }
+        };
+        match &result {
+            Ok(_) => self.counters.fetches_ok(),
+            Err(e) => {
+                self.counters.fetches_failed();
+                if matches!(e, TransportError::Handshake { .. }) {
+                    self.counters.handshakes_refused();
+                }
+            }
+        }
+        result
+    }
+
+    /// The pooled connection to `peer`, connecting (once, however many fetches wait) if needed.
+    async fn connection(&self, peer: &PeerAddr) -> Result<Connection, TransportError> {
+        let slot = self.slot(peer)?;
+        slot.last_used_ms
+            .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+        let mut guard = slot.conn.lock().await;
+        if let Some(conn) = guard.as_ref() {
+            if conn.close_reason().is_none() {
+                return Ok(conn.clone());
+            }
+        }
+        *guard = None;
+        let connecting = self
+            .endpoint
+            .connect_with(self.client_config.clone(), peer.addr, &peer.name)
+            .map_err(|e| TransportError::Connect {
+                peer: peer.clone(),
+                reason: e.to_string(),
+            })?;
+        let conn = match tokio::time::timeout(self.config.connect_timeout(), connecting).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => return Err(errors::connection(peer, e)),
+            Err(_) => {
+                self.counters.timeouts();
+                return Err(TransportError::Timeout {
+                    peer: peer.clone(),
+                    what: "connect",
+                    after_ms: self.config.connect_timeout_ms,
+                });
+            }
+        };
+        self.counters.connections_opened();
+        let (watched, counters) = (conn.clone(), self.counters.clone());
+        tokio::spawn(async move {
+            watched.closed().await;
+            counters.connections_closed();
+        });
+        *guard = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// The pool entry for `peer`; makes room (least recently used idle peer) at `connections_max`.
+    fn slot(&self, peer: &PeerAddr) -> Result<Arc<Slot>, TransportError> {
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = pool.get(peer) {
+            return Ok(slot.clone());
+        }
+        if pool.len() >= self.config.connections_max {
+            // Only entries nobody is using (the map holds the one reference) may go.
+            let victim = pool
+                .iter()
+                .filter(|(_, s)| Arc::strong_count(s) == 1)
+                .min_by_key(|(_, s)| s.last_used_ms.load(Ordering::Relaxed))
+                .map(|(p, _)| p.clone());
+            let Some(victim) = victim else {
+                return Err(TransportError::Connect {
+                    peer: peer.clone(),
+                    reason: format!(
+                        "expected a free connection slot, found all connections_max ({}) in use",
+                        self.config.connections_max
+                    ),
+                });
+            };
+            if let Some(slot) = pool.remove(&victim) {
+                if let Ok(mut conn) = slot.conn.try_lock() {
+                    if let Some(conn) = conn.take() {
+                        conn.close(errors::CLOSE_EVICTED, b"evicted");
+                    }
+                }
+            }
+        }
+        let slot = Arc::new(Slot {
+            conn: tokio::sync::Mutex::new(None),
+            last_used_ms: AtomicU64::new(0),
+        });
+        pool.insert(peer.clone(), slot.clone());
+        Ok(slot)
+    }
+
+    /// quinn's statistics of the pooled connection to `peer`, if one is open.
+    pub(crate) fn connection_stats(&self, peer: &PeerAddr) -> Option<quinn::ConnectionStats> {
+        let slot = self
+            .pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(peer)
+            .cloned()?;
+        let guard = slot.conn.try_lock().ok()?;
+        guard.as_ref().map(|c| c.stats())
+    }
+
+    /// A peer broke the protocol: count it, close its connection, report it.
+    fn violation(&self, conn: &Connection, peer: &PeerAddr, error: FrameError) -> TransportError {
+        self.counters.protocol_violations();
+        conn.close(
+            errors::CLOSE_PROTOCOL_VIOLATION,
+            error.to_string().as_bytes(),
+        );
+        TransportError::Protocol {
+            peer: peer.clone(),
+            error: Box::new(error),
+        }
+    }
+
+    /// Request, response header, then the payload into `sink` chunk by chunk as it arrives.
+    async fn fetch_on<S: PayloadSink>(
+        &self,
+        conn: &Connection,
+        peer: &PeerAddr,
+        namespace: NamespaceKey,
+        id: BlockId,
+        mut sink: S,
+    ) -> Result<S::Output, TransportError> {
+        let (mut send, mut recv) = conn
+            .open_bi()
+            .await
+            .map_err(|e| errors::connection(peer, e))?;
+        let request = FrameHeader::fetch(namespace, id);
+        send.write_all(&request.encode())
+            .await
+            .map_err(|e| errors::write(peer, e))?;
+        // Only fails if the stream is already closed, which the read below reports.
+        send.finish().ok();
+
+        let mut head = [0u8; FRAME_HEADER_LEN];
+        match recv.read_exact(&mut head).await {
+            Ok(()) => {}
+            Err(ReadExactError::FinishedEarly(found)) => {
+                let error = FrameError::Truncated {
+                    expected: FRAME_HEADER_LEN,
+                    found,
+                };
+                return Err(self.violation(conn, peer, error));
+            }
+            Err(e) => return Err(errors::read_exact(peer, e)),
+        }
+        self.counters.add_bytes_in(FRAME_HEADER_LEN as u64);
+        let response = decode_response(&head, &request, self.config.max_frame_bytes)
+            .map_err(|e| self.violation(conn, peer, e))?;
+        match response.kind {
+            FrameKind::Block => {}
+            FrameKind::NotFound => {
+                return Err(TransportError::NotFound {
+                    peer: peer.clone(),
+                    id,
+                })
+            }
+            FrameKind::Unavailable | FrameKind::Fetch => {
+                return Err(TransportError::Unavailable {
+                    peer: peer.clone(),
+                    id,
+                })
+            }
+        }
+
+        sink.begin(response.length);
+        loop {
+            match recv.read_chunk(usize::MAX, true).await {
+                Ok(Some(chunk)) => {
+                    self.counters.add_bytes_in(chunk.bytes.len() as u64);
+                    if let Err(ReceiveError::Overrun { expected, found }) = sink.push(&chunk.bytes)
+                    {
+                        self.violation(conn, peer, FrameError::TrailingBytes { expected });
+                        return Err(TransportError::Overrun {
+                            peer: peer.clone(),
+                            id,
+                            expected,
+                            found,
+                        });
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => return Err(errors::read(peer, e)),
+            }
+        }
+        sink.finish().map_err(|e| match e {
+            ReceiveError::HashMismatch { expected, found } => {
+                self.counters.verify_failures();
+                TransportError::VerifyFailed {
+                    peer: peer.clone(),
+                    expected,
+                    found,
+                }
+            }
+            ReceiveError::Truncated { expected, found } => {
+                // The peer ended the stream short of what it announced: a broken frame.
+                self.counters.protocol_violations();
+                conn.close(errors::CLOSE_PROTOCOL_VIOLATION, b"truncated block");
+                TransportError::Truncated {
+                    peer: peer.clone(),
+                    id,
+                    expected,
+                    found,
+                }
+            }
+            ReceiveError::Overrun { expected, found } => TransportError::Overrun {
+                peer: peer.clone(),
+                id,
+                expected,
+                found,
+            },
+        })
+    }
+}

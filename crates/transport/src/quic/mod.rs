@@ -1,0 +1,205 @@
+//! [`QuicTransport`]: the default transport, on quinn with mutual TLS (rustls, ring).
+//!
+//! One UDP endpoint per node both serves (accepting connections from peers whose certificate
+//! the cluster CA signed) and fetches (one pooled connection per peer, a bidirectional stream
+//! per block). Submodules: [`tls`] (rustls configs), [`tuning`] (quinn configs and the
+//! socket), [`errors`] (quinn errors to [`TransportError`], close codes), and the private
+//! client and server halves.
+
+mod client;
+pub mod errors;
+mod server;
+pub mod tls;
+pub mod tuning;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kvfabric_store::{BlockId, NamespaceKey, VerifiedBlock};
+use tokio::sync::Semaphore;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::certs::NodeIdentity;
+use crate::config::TransportConfig;
+use crate::counters::{CountersSnapshot, TransportCounters};
+use crate::error::TransportError;
+use crate::peer::PeerAddr;
+use crate::receive::{BlockReceiver, PayloadSink};
+use crate::source::BlockSource;
+use crate::transport::{Transport, TransportFuture};
+
+use client::Client;
+use server::Server;
+
+/// How long [`QuicTransport::close`] waits for peers to acknowledge the close.
+const CLOSE_WAIT_MS_MAX: u64 = 1_000;
+
+/// The QUIC transport; cheap to clone (all clones share one endpoint).
+#[derive(Clone)]
+pub struct QuicTransport {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    local: PeerAddr,
+    accept_task: JoinHandle<()>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.accept_task.abort();
+        self.client
+            .endpoint
+            .close(errors::CLOSE_SHUTDOWN, b"dropped");
+    }
+}
+
+impl QuicTransport {
+    /// Binds `listen` and starts serving `source` as `identity`; fetches use the same endpoint.
+    /// Must run inside a tokio runtime.
+    pub async fn bind(
+        config: TransportConfig,
+        identity: &NodeIdentity,
+        listen: SocketAddr,
+        source: Arc<dyn BlockSource>,
+    ) -> Result<QuicTransport, TransportError> {
+        config.validate()?;
+        let socket = tuning::bind_socket(listen, &config)?;
+        let endpoint = quinn::Endpoint::new(
+            tuning::quinn_endpoint(&config)?,
+            Some(tuning::server_config(&config, identity)?),
+            socket,
+            Arc::new(quinn::TokioRuntime),
+        )
+        .map_err(|e| TransportError::io(format!("starting the QUIC endpoint on {listen}"), e))?;
+        let addr = endpoint
+            .local_addr()
+            .map_err(|e| TransportError::io("reading the bound address", e))?;
+        let counters = Arc::new(TransportCounters::default());
+        let server = Arc::new(Server {
+            connections: Arc::new(Semaphore::new(config.connections_max)),
+            config: config.clone(),
+            counters: counters.clone(),
+            source,
+        });
+        let accept_task = tokio::spawn(server.accept_loop(endpoint.clone()));
+        let client_config = tuning::client_config(&config, identity)?;
+        let client = Client::new(endpoint, client_config, config, counters);
+        tracing::info!(node = identity.name(), %addr, "QUIC transport listening");
+        Ok(QuicTransport {
+            inner: Arc::new(Inner {
+                client,
+                local: PeerAddr::new(identity.name(), addr),
+                accept_task,
+            }),
+        })
+    }
+
+    /// The address the endpoint is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.inner.local.addr
+    }
+
+    /// quinn's statistics (path MTU, RTT, congestion window, packets lost) of the pooled
+    /// connection to `peer`, if one is open: for metrics and tuning.
+    pub fn connection_stats(&self, peer: &PeerAddr) -> Option<quinn::ConnectionStats> {
+        self.inner.client.connection_stats(peer)
+    }
+
+    /// Fetches one block from `peer` into any [`PayloadSink`]. [`Transport::fetch`] is this
+    /// with the verifying [`BlockReceiver`]; other sinks (a bench's) yield no `VerifiedBlock`.
+    pub async fn fetch_into<S: PayloadSink>(
+        &self,
+        peer: &PeerAddr,
+        namespace: NamespaceKey,
+        id: BlockId,
+        sink: S,
+    ) -> Result<S::Output, TransportError> {
+        self.inner.client.fetch(peer, namespace, id, sink).await
+    }
+
+    /// Fetches `ids` from `peer` concurrently, each fetch on its own task (so receiving and
+    /// hashing spread over cores), at most `fetches_in_flight_max` tasks at a time: a long id
+    /// list never queues more than that, and no fetch spends its timeout waiting for a slot
+    /// behind its own siblings. Results in the order of `ids`.
+    pub async fn fetch_many_into<S, F>(
+        &self,
+        peer: &PeerAddr,
+        namespace: NamespaceKey,
+        ids: &[BlockId],
+        make_sink: F,
+    ) -> Vec<Result<S::Output, TransportError>>
+    where
+        S: PayloadSink + 'static,
+        S::Output: 'static,
+        F: Fn(BlockId) -> S,
+    {
+        let width = self.inner.client.config.fetches_in_flight_max;
+        let mut tasks = JoinSet::new();
+        let mut out: Vec<Option<Result<S::Output, TransportError>>> =
+            (0..ids.len()).map(|_| None).collect();
+        let mut next = 0;
+        loop {
+            while next < ids.len() && tasks.len() < width {
+                let (this, peer, id) = (self.clone(), peer.clone(), ids[next]);
+                let (i, sink) = (next, make_sink(id));
+                tasks.spawn(async move { (i, this.fetch_into(&peer, namespace, id, sink).await) });
+                next += 1;
+            }
+            match tasks.join_next().await {
+                Some(Ok((i, r))) => out[i] = Some(r),
+                // A panicking fetch task is a bug; re-raise it rather than hide it.
+                Some(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Some(Err(_)) => {}
+                None => break,
+            }
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or(Err(TransportError::Closed)))
+            .collect()
+    }
+}
+
+impl Transport for QuicTransport {
+    fn fetch<'a>(
+        &'a self,
+        peer: &'a PeerAddr,
+        namespace: NamespaceKey,
+        id: BlockId,
+    ) -> TransportFuture<'a, Result<VerifiedBlock, TransportError>> {
+        Box::pin(self.fetch_into(peer, namespace, id, BlockReceiver::new(namespace, id)))
+    }
+
+    fn fetch_many<'a>(
+        &'a self,
+        peer: &'a PeerAddr,
+        namespace: NamespaceKey,
+        ids: &'a [BlockId],
+    ) -> TransportFuture<'a, Vec<Result<VerifiedBlock, TransportError>>> {
+        Box::pin(self.fetch_many_into(peer, namespace, ids, move |id| {
+            BlockReceiver::new(namespace, id)
+        }))
+    }
+
+    fn local_peer(&self) -> PeerAddr {
+        self.inner.local.clone()
+    }
+
+    fn counters(&self) -> CountersSnapshot {
+        self.inner.client.counters.snapshot()
+    }
+
+    fn close(&self) -> TransportFuture<'_, ()> {
+        Box::pin(async move {
+            self.inner.accept_task.abort();
+            self.inner.client.fetch_slots.close();
+            let endpoint = &self.inner.client.endpoint;
+            endpoint.close(errors::CLOSE_SHUTDOWN, b"shutdown");
+            let wait = Duration::from_millis(CLOSE_WAIT_MS_MAX);
+            // Bounded: a peer that never acknowledges the close must not hold us.
+            let _ = tokio::time::timeout(wait, endpoint.wait_idle()).await;
+        })
+    }
+}

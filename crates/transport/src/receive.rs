@@ -1,0 +1,217 @@
+//! Receiving a block's bytes: copy into the destination buffer, hash as they land (sans-IO).
+//!
+//! Owns the one rule every transport follows on receipt: bytes are appended to the buffer
+//! that will become the block, and blake3 (keyed by the namespace) is fed from that buffer
+//! while the bytes are still hot in cache, so there is no second pass over the block. Only a
+//! full-length buffer whose hash matches the id asked for becomes a [`VerifiedBlock`]; every
+//! other ending (short, long, mismatch) yields an error and the buffer is dropped, so nothing
+//! partial can be installed.
+
+use kvfabric_store::{BlockId, NamespaceKey, StreamingId, VerifiedBlock};
+
+/// Bytes hashed at a time: copied bytes wait until this many are pending, then are hashed in
+/// one call while still in L2 cache. Large batches let blake3's SIMD hash many 1 KiB chunks
+/// at once (a QUIC packet carries at most ~64 KiB). Measured on loopback with 4.5 MB blocks:
+/// 32 KiB batches gave 1.61 GB/s verified, 512 KiB 1.81 GB/s (2 MiB L2 per core).
+pub const HASH_BATCH_BYTES: usize = 512 * 1024;
+
+/// How a receipt went wrong; the transport adds the peer and turns these into
+/// [`crate::TransportError`]s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReceiveError {
+    /// More bytes than the header announced.
+    #[error("payload overrun: expected {expected} bytes, found at least {found}")]
+    Overrun {
+        /// Announced length.
+        expected: u64,
+        /// Bytes offered so far.
+        found: u64,
+    },
+    /// The stream ended before the announced length.
+    #[error("payload truncated: expected {expected} bytes, found {found}")]
+    Truncated {
+        /// Announced length.
+        expected: u64,
+        /// Bytes that came.
+        found: u64,
+    },
+    /// The bytes hash to another id.
+    #[error("verification failed for block {expected}: bytes hash to {found}")]
+    HashMismatch {
+        /// The id asked for.
+        expected: BlockId,
+        /// What the bytes hash to.
+        found: BlockId,
+    },
+}
+
+/// Where a block's bytes land as they arrive.
+///
+/// [`BlockReceiver`] is the production sink (it verifies). The trait exists so that a bench can
+/// measure the same receive path without the hash; a sink that does not verify can never
+/// produce a [`VerifiedBlock`], so it cannot be installed or served.
+pub trait PayloadSink: Send {
+    /// What a complete receipt yields.
+    type Output: Send;
+    /// Prepares for `length` bytes (already checked against `max_frame_bytes`).
+    fn begin(&mut self, length: u64);
+    /// Appends bytes as they arrive.
+    fn push(&mut self, chunk: &[u8]) -> Result<(), ReceiveError>;
+    /// Called at the end of the stream.
+    fn finish(self) -> Result<Self::Output, ReceiveError>;
+}
+
+/// The verifying sink: destination buffer plus incremental keyed blake3.
+pub struct BlockReceiver {
+    namespace: NamespaceKey,
+    id: BlockId,
+    expected_len: u64,
+    buf: Vec<u8>,
+    hasher: StreamingId,
+    /// Prefix of `buf` already fed to `hasher`; the rest is at most one batch.
+    hashed: usize,
+}
+
+impl BlockReceiver {
+    /// A receiver for block `id` under `namespace`.
+    pub fn new(namespace: NamespaceKey, id: BlockId) -> BlockReceiver {
+        BlockReceiver {
+            namespace,
+            id,
+            expected_len: 0,
+            buf: Vec::new(),
+            hasher: StreamingId::new(&namespace),
+            hashed: 0,
+        }
+    }
+
+    /// Bytes received so far.
+    pub fn received(&self) -> u64 {
+        self.buf.len() as u64
+    }
+
+    fn hash_pending(&mut self, at_least: usize) {
+        if self.buf.len() - self.hashed >= at_least {
+            self.hasher.update(&self.buf[self.hashed..]);
+            self.hashed = self.buf.len();
+        }
+    }
+}
+
+impl PayloadSink for BlockReceiver {
+    type Output = VerifiedBlock;
+
+    fn begin(&mut self, length: u64) {
+        self.expected_len = length;
+        // The caller checked `length` against max_frame_bytes, which validate() keeps far
+        // below usize::MAX; reserving up front means the copy never reallocates.
+        self.buf = Vec::with_capacity(length as usize);
+    }
+
+    fn push(&mut self, chunk: &[u8]) -> Result<(), ReceiveError> {
+        let found = self.buf.len() as u64 + chunk.len() as u64;
+        if found > self.expected_len {
+            return Err(ReceiveError::Overrun {
+                expected: self.expected_len,
+                found,
+            });
+        }
+        self.buf.extend_from_slice(chunk);
+        self.hash_pending(HASH_BATCH_BYTES);
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<VerifiedBlock, ReceiveError> {
+        if self.received() != self.expected_len {
+            return Err(ReceiveError::Truncated {
+                expected: self.expected_len,
+                found: self.received(),
+            });
+        }
+        self.hash_pending(1);
+        debug_assert_eq!(
+            self.hashed,
+            self.buf.len(),
+            "every byte hashed exactly once"
+        );
+        VerifiedBlock::from_stream(self.namespace, self.id, &self.hasher, self.buf).map_err(|_| {
+            ReceiveError::HashMismatch {
+                expected: self.id,
+                found: self.hasher.finalize(),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvfabric_store::Blake3Ids;
+    use kvfabric_store::IdHasher;
+
+    fn block(len: usize) -> (NamespaceKey, BlockId, Vec<u8>) {
+        let ns = NamespaceKey::derive("t");
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+        let id = Blake3Ids.id(&ns, &[&bytes]);
+        (ns, id, bytes)
+    }
+
+    fn receive(
+        ns: NamespaceKey,
+        id: BlockId,
+        len: u64,
+        chunks: &[&[u8]],
+    ) -> Result<VerifiedBlock, ReceiveError> {
+        let mut r = BlockReceiver::new(ns, id);
+        r.begin(len);
+        for c in chunks {
+            r.push(c)?;
+        }
+        r.finish()
+    }
+
+    #[test]
+    fn any_chunking_verifies_to_the_same_block() {
+        let (ns, id, bytes) = block(3 * HASH_BATCH_BYTES + 777);
+        for step in [1usize, 1000, 1452, 65_000, HASH_BATCH_BYTES, bytes.len()] {
+            let chunks: Vec<&[u8]> = bytes.chunks(step).collect();
+            let v = receive(ns, id, bytes.len() as u64, &chunks).expect("verifies");
+            assert_eq!(v.id(), id);
+            assert_eq!(v.bytes(), &bytes[..]);
+        }
+    }
+
+    #[test]
+    fn a_flipped_byte_is_a_mismatch_not_a_block() {
+        let (ns, id, mut bytes) = block(200_000);
+        bytes[123_456] ^= 0x01;
+        let err = receive(ns, id, bytes.len() as u64, &[&bytes]).unwrap_err();
+        assert!(matches!(err, ReceiveError::HashMismatch { expected, .. } if expected == id));
+    }
+
+    #[test]
+    fn the_wrong_namespace_is_a_mismatch() {
+        let (_, id, bytes) = block(5000);
+        let err = receive(NamespaceKey::derive("other"), id, 5000, &[&bytes]).unwrap_err();
+        assert!(matches!(err, ReceiveError::HashMismatch { .. }));
+    }
+
+    #[test]
+    fn short_and_long_streams_are_refused_with_the_counts() {
+        let (ns, id, bytes) = block(5000);
+        assert_eq!(
+            receive(ns, id, 5000, &[&bytes[..4000]]).unwrap_err(),
+            ReceiveError::Truncated {
+                expected: 5000,
+                found: 4000
+            }
+        );
+        assert_eq!(
+            receive(ns, id, 4999, &[&bytes[..4000], &bytes[4000..]]).unwrap_err(),
+            ReceiveError::Overrun {
+                expected: 4999,
+                found: 5000
+            }
+        );
+    }
+}

@@ -1,0 +1,94 @@
+//! The [`Transport`] trait: fetch verified blocks from peers, serve blocks from a source.
+//!
+//! Every implementation (QUIC now; UCX and RDMA verbs behind features later) serves the
+//! [`crate::BlockSource`] it was built with and fetches over one connection per peer, a
+//! stream (or tagged message) per block, hashing bytes as they land through
+//! [`crate::receive::BlockReceiver`]. The trait is object-safe so the node can pick an
+//! implementation from its config at run time; [`crate::conformance`] checks any of them.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use kvfabric_store::{BlockId, NamespaceKey, VerifiedBlock};
+
+use crate::counters::CountersSnapshot;
+use crate::error::TransportError;
+use crate::peer::PeerAddr;
+
+/// A boxed, sendable future (keeps [`Transport`] object-safe).
+pub type TransportFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A block fetched from one of several owners.
+#[derive(Debug)]
+pub struct Fetched {
+    /// The verified block.
+    pub block: VerifiedBlock,
+    /// The owner that served it.
+    pub owner: PeerAddr,
+    /// Its position in the owner list.
+    pub owner_index: usize,
+    /// What went wrong with the owners tried before it, in order.
+    pub failures: Vec<TransportError>,
+}
+
+/// Moves sealed blocks between nodes; only verified blocks come out.
+pub trait Transport: Send + Sync {
+    /// Fetches one block from `peer`, verifying it under `namespace` as it arrives.
+    /// Bounded by `fetch_timeout_ms`; a verification failure is counted in `verify_failures`.
+    fn fetch<'a>(
+        &'a self,
+        peer: &'a PeerAddr,
+        namespace: NamespaceKey,
+        id: BlockId,
+    ) -> TransportFuture<'a, Result<VerifiedBlock, TransportError>>;
+
+    /// Fetches several blocks from one peer concurrently over its one connection, at most
+    /// `fetches_in_flight_max` at once; results in the order of `ids`.
+    fn fetch_many<'a>(
+        &'a self,
+        peer: &'a PeerAddr,
+        namespace: NamespaceKey,
+        ids: &'a [BlockId],
+    ) -> TransportFuture<'a, Vec<Result<VerifiedBlock, TransportError>>>;
+
+    /// Tries `owners` in order until one serves bytes that verify; says which one did.
+    fn fetch_from_owners<'a>(
+        &'a self,
+        owners: &'a [PeerAddr],
+        namespace: NamespaceKey,
+        id: BlockId,
+    ) -> TransportFuture<'a, Result<Fetched, TransportError>> {
+        Box::pin(async move {
+            if owners.is_empty() {
+                return Err(TransportError::NoOwners { id });
+            }
+            let mut failures = Vec::new();
+            for (owner_index, owner) in owners.iter().enumerate() {
+                match self.fetch(owner, namespace, id).await {
+                    Ok(block) => {
+                        return Ok(Fetched {
+                            block,
+                            owner: owner.clone(),
+                            owner_index,
+                            failures,
+                        })
+                    }
+                    Err(e) => {
+                        tracing::warn!(%owner, %id, error = %e, "fetch failed; trying the next owner");
+                        failures.push(e);
+                    }
+                }
+            }
+            Err(TransportError::AllOwnersFailed { id, failures })
+        })
+    }
+
+    /// How other nodes reach this one's server.
+    fn local_peer(&self) -> PeerAddr;
+
+    /// This instance's counters.
+    fn counters(&self) -> CountersSnapshot;
+
+    /// Stops serving and fetching; pending fetches end with an error.
+    fn close(&self) -> TransportFuture<'_, ()>;
+}
