@@ -50,33 +50,9 @@ impl fmt::Display for Epoch {
     }
 }
 
-/// A chunk key computed by clients from tokens (prefix-chained or position-independent; the
-/// directory does not distinguish them: both are 32 opaque bytes).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct ChunkKey(pub [u8; 32]);
-
-impl ChunkKey {
-    /// Parses 64 hex digits.
-    pub fn from_hex(s: &str) -> Result<ChunkKey, kvfabric_store::id::ParseIdError> {
-        kvfabric_store::id::parse_hex32(s).map(ChunkKey)
-    }
-
-    /// Lowercase hex (64 chars).
-    pub fn to_hex(&self) -> String {
-        kvfabric_store::BlockId(self.0).to_hex()
-    }
-}
-
-impl fmt::Debug for ChunkKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ChunkKey(")?;
-        for b in &self.0[..8] {
-            write!(f, "{b:02x}")?;
-        }
-        write!(f, ")")
-    }
-}
+/// Chunk keys are the store's (one scheme for every crate and client: see
+/// `kvfabric_store::chunk`).
+pub use kvfabric_store::ChunkKey;
 
 /// One independent Raft group of the directory, owning a range of the hash space.
 ///

@@ -1,6 +1,6 @@
 //! `kvfabric`: the node binary and its command line.
 //!
-//! Owns: composing the store (and, once wired, the directory and the transport) into a node,
+//! Owns: composing the store, the directory and the transport into a node (`cluster`),
 //! serving the HTTP API (`http`), the node config (`config`), the one-shot client commands and
 //! the operator commands (`cli`).
 //!
@@ -9,6 +9,7 @@
 //! I/O; accept unbounded input (bodies, headers, connections, requests, keys are all capped).
 
 mod cli;
+mod cluster;
 mod config;
 mod http;
 mod ids;

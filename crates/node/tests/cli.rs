@@ -205,3 +205,78 @@ fn a_busy_port_exits_non_zero_naming_it() {
     );
     let _ = TOKEN_A;
 }
+
+#[test]
+fn certs_writes_a_ca_and_one_certificate_per_node_and_refuses_zero_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("certs");
+    let o = kvfabric(&["certs", "--out", out.to_str().unwrap(), "--nodes", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for f in [
+        "ca.pem",
+        "ca.key.pem",
+        "node1.pem",
+        "node1.key.pem",
+        "node2.pem",
+        "node2.key.pem",
+    ] {
+        assert!(out.join(f).is_file(), "{f} missing; stdout: {}", stdout(&o));
+    }
+    assert!(!out.join("node3.pem").exists());
+    let o = kvfabric(&["certs", "--out", out.to_str().unwrap(), "--nodes", "0"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.starts_with("kvfabric: error:") && err.contains("node count"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_cluster_config_without_certificates_exits_3_naming_the_missing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("node.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[node]
+id = 1
+http_listen = "127.0.0.1:0"
+data_dir = "data"
+[tiers]
+host_bytes = "64 MiB"
+[cluster]
+certs_dir = "{}"
+[[cluster.members]]
+id = 1
+api = "http://127.0.0.1:7101"
+transport = "127.0.0.1:7201"
+raft = "127.0.0.1:7301"
+"#,
+            dir.path().join("no-certs").display()
+        ),
+    )
+    .unwrap();
+    let o = kvfabric(&["node", "--config", config.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("cluster.certs_dir") && err.contains("ca.pem"),
+        "{err}"
+    );
+    assert!(err.contains("kvfabric certs --out"), "{err}");
+}
+
+#[test]
+fn cluster_down_on_a_missing_directory_fails_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope");
+    let o = kvfabric(&["cluster", "down", "--dir", missing.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("no such cluster directory"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -13,6 +13,7 @@
 pub mod alloc;
 pub mod arena;
 pub mod block;
+pub mod chunk;
 pub mod dtype;
 pub mod error;
 pub mod eviction;
@@ -26,6 +27,7 @@ pub mod units;
 pub mod verified;
 
 pub use block::{BlockHeader, HEADER_LEN};
+pub use chunk::{chunk_keys, ChunkKey, ChunkMode};
 pub use dtype::Dtype;
 pub use error::{ConfigError, StoreError};
 pub use geometry::{ModelGeometry, ModelKind};

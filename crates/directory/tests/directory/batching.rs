@@ -45,6 +45,12 @@ async fn records_coalesce_into_entries_bounded_in_size_and_delay() -> anyhow::Re
         entries = per_entry.len(),
         "--- phase 2: audit the entries in the log"
     );
+    // The callers learn of a commit from the leader; this follower may not hold the entry yet.
+    let last = *per_entry.keys().last().expect("at least one entry");
+    d.raft()
+        .wait(Some(LIMIT))
+        .applied_index_at_least(Some(last), "the follower holds every batched entry")
+        .await?;
     let entries = d.log_store().entries(..).await?;
     let mut records_in_log = 0;
     for (index, callers) in &per_entry {

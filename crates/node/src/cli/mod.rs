@@ -8,12 +8,17 @@
 //! kvfabric lookup [--node URL] [--token T] KEY...     chunk keys → blocks and owners
 //! kvfabric status [--node URL] [--token T] [--json]   members, tiers, readiness
 //! kvfabric models [--models-dir DIR] [--json]         the geometry presets
+//! kvfabric certs  --out DIR [--nodes N]               cluster CA and node certificates
+//! kvfabric cluster up [--nodes N] [--dir DIR]         start a local cluster of processes
+//! kvfabric cluster down [--dir DIR]                   stop it
 //! ```
 //!
 //! Slots kept for later commands (each one more variant of [`Command`], with its own file):
-//! `cluster up|down` (a nested subcommand enum), `demo`, `certs`, `bench`.
+//! `demo`, `bench`.
 
+mod certs;
 mod client;
+mod cluster;
 pub(crate) mod exit;
 mod get;
 mod lookup;
@@ -46,6 +51,10 @@ enum Command {
     Status(status::StatusArgs),
     /// List the model geometry presets.
     Models(models::ModelsArgs),
+    /// Write a cluster CA and per-node certificates for mTLS.
+    Certs(certs::CertsArgs),
+    /// Start or stop a local cluster of node processes.
+    Cluster(cluster::ClusterArgs),
 }
 
 /// Runs the parsed command.
@@ -57,6 +66,8 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Lookup(a) => lookup::run(a),
         Command::Status(a) => status::run(a),
         Command::Models(a) => models::run(a),
+        Command::Certs(a) => certs::run(a),
+        Command::Cluster(a) => cluster::run(a),
     }
 }
 

@@ -6,7 +6,11 @@
 //!    `kvfabric node n<ID> listening on http://IP:PORT` on stdout;
 //! 3. open the store in the background (disk recovery may take a while): `/healthz` answers at
 //!    once, `/readyz` and the block routes answer 503 `not_ready` until it is open;
-//! 4. serve until SIGINT or SIGTERM, then drain requests in flight and exit 0.
+//! 4. with a `[cluster]` section: start the block transport, the Raft endpoint and the
+//!    directory member, then join in the background (`/readyz` answers 503 until joined and
+//!    caught up); a missing certificate or a port in use ends the process with exit 1;
+//! 5. serve until SIGINT or SIGTERM, then drain requests in flight, stop the cluster side and
+//!    exit 0.
 //!
 //! A store that cannot open (a locked or unreadable data directory, an unavailable GPU) ends
 //! the process with exit 1.
@@ -19,6 +23,7 @@ use clap::Args;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
+use crate::cluster::Cluster;
 use crate::config::{self, Loaded};
 use crate::http::metrics::Metrics;
 use crate::http::tenancy::Tenancy;
@@ -74,6 +79,8 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
         metrics: Metrics::new(config.node_id),
         local: OnceLock::new(),
         inflight: Arc::new(Semaphore::new(config.limits.max_inflight_requests as usize)),
+        cluster: OnceLock::new(),
+        clustered: config.cluster.is_some(),
     });
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let server = {
@@ -109,15 +116,37 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
             tracing::info!(
                 recovered = recovery.held,
                 orphaned = recovery.orphaned,
-                "ready"
+                "store open"
             );
-            tokio::select! {
-                () = signalled() => {},
-                _ = stop_rx.changed() => {},
+            if let Some(cluster_config) = config.cluster.clone() {
+                match Cluster::start(
+                    config.node_id,
+                    cluster_config,
+                    &config.data_dir,
+                    app.clone(),
+                )
+                .await
+                {
+                    Ok(c) => {
+                        c.run_membership(app.clone());
+                        let _ = app.cluster.set(c);
+                    }
+                    Err(e) => result = Err(anyhow::Error::new(e).context("joining the cluster")),
+                }
+            }
+            if result.is_ok() {
+                tracing::info!("serving");
+                tokio::select! {
+                    () = signalled() => {},
+                    _ = stop_rx.changed() => {},
+                }
             }
         }
     }
     tracing::info!("shutting down");
+    if let Some(c) = app.cluster.get() {
+        c.shutdown().await;
+    }
     let _ = stop_tx.send(true);
     server.await.context("the server task failed")?;
     result

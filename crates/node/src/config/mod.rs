@@ -39,12 +39,19 @@
 //! [[tenants]]
 //! token = "…"                       # bearer token, 16 to 256 visible ASCII characters
 //! namespace = "team-a"              # a declared namespace: this token reads and writes it
-//! ```
 //!
-//! Sections for peers, Raft and the transport join this schema with the cluster path; none
-//! is accepted before it exists.
+//! [cluster]                         # optional: standalone without it; every key in cluster.rs
+//! certs_dir = "/tmp/kvfabric/certs" # from `kvfabric certs --out DIR --nodes N`
+//! replication = 2                   # optional: copies a put waits for
+//! [[cluster.members]]               # every member, this node included
+//! id = 1
+//! api = "http://127.0.0.1:7101"
+//! transport = "127.0.0.1:7201"
+//! raft = "127.0.0.1:7301"
+//! ```
 
 mod bytes;
+mod cluster;
 mod raw;
 mod validate;
 
@@ -56,6 +63,8 @@ use kvfabric_store::{ConfigError, StoreConfig};
 
 use crate::ids::NodeId;
 use crate::presets::Catalog;
+
+pub(crate) use cluster::{ClusterConfig, Member};
 
 /// Largest config file read, in bytes.
 pub(crate) const CONFIG_FILE_BYTES_MAX: u64 = 1 << 20;
@@ -81,6 +90,8 @@ pub(crate) struct NodeConfig {
     pub(crate) namespaces: Vec<NamespaceDecl>,
     /// Tenants (token → namespace index into `namespaces`), in file order.
     pub(crate) tenants: Vec<TenantDecl>,
+    /// The cluster this node is a member of; `None`: standalone.
+    pub(crate) cluster: Option<ClusterConfig>,
 }
 
 /// Bounds on what the HTTP API accepts.

@@ -22,6 +22,8 @@ pub(crate) struct RawConfig {
     pub(crate) namespaces: Vec<RawNamespace>,
     #[serde(default)]
     pub(crate) tenants: Vec<RawTenant>,
+    #[serde(default)]
+    pub(crate) cluster: Option<RawCluster>,
 }
 
 /// `[node]`.
@@ -98,4 +100,44 @@ pub(crate) struct RawNamespace {
 pub(crate) struct RawTenant {
     pub(crate) token: String,
     pub(crate) namespace: String,
+}
+
+/// `[cluster]`: absent on a standalone node.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCluster {
+    #[serde(default)]
+    pub(crate) transport_listen: Option<String>,
+    #[serde(default)]
+    pub(crate) raft_listen: Option<String>,
+    pub(crate) certs_dir: PathBuf,
+    #[serde(default)]
+    pub(crate) cert_name: Option<String>,
+    #[serde(default)]
+    pub(crate) replication: Option<u32>,
+    #[serde(default)]
+    pub(crate) lease_ms: Option<u64>,
+    #[serde(default)]
+    pub(crate) lease_renew_ms: Option<u64>,
+    #[serde(default)]
+    pub(crate) batch_records_max: Option<usize>,
+    #[serde(default)]
+    pub(crate) batch_delay_ms_max: Option<u64>,
+    #[serde(default)]
+    pub(crate) heartbeat_interval_ms: Option<u64>,
+    #[serde(default)]
+    pub(crate) election_timeout_min_ms: Option<u64>,
+    #[serde(default)]
+    pub(crate) election_timeout_max_ms: Option<u64>,
+    pub(crate) members: Vec<RawMember>,
+}
+
+/// One `[[cluster.members]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMember {
+    pub(crate) id: u64,
+    pub(crate) api: String,
+    pub(crate) transport: String,
+    pub(crate) raft: String,
 }

@@ -71,14 +71,37 @@ fn a_good_config_loads_with_derived_defaults() {
 #[test]
 fn the_shipped_cluster_configs_load_and_do_not_collide() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+    // The configs name /tmp/kvfabric/certs; the test points them at certificates of its own.
+    let certs = tempfile::tempdir().unwrap();
+    kvfabric_transport::generate_cluster(certs.path(), 3).unwrap();
     let loaded: Vec<NodeConfig> = (1..=3)
-        .map(|i| load(&dir.join(format!("node{i}.toml"))).unwrap().config)
+        .map(|i| {
+            let file = dir.join(format!("node{i}.toml"));
+            let text = std::fs::read_to_string(&file).unwrap();
+            assert!(text.contains("certs_dir = \"/tmp/kvfabric/certs\""));
+            let text = text.replace("/tmp/kvfabric/certs", &certs.path().display().to_string());
+            parse(&file.display().to_string(), &dir, &text)
+                .unwrap()
+                .config
+        })
         .collect();
+    let clusters: Vec<&ClusterConfig> =
+        loaded.iter().map(|c| c.cluster.as_ref().unwrap()).collect();
+    for c in &clusters {
+        assert_eq!(
+            c.members, clusters[0].members,
+            "every node lists the same members"
+        );
+        assert_eq!(c.replication, 2);
+    }
     for (i, a) in loaded.iter().enumerate() {
         for b in &loaded[i + 1..] {
             assert_ne!(a.node_id, b.node_id);
             assert_ne!(a.http_listen, b.http_listen);
             assert_ne!(a.data_dir, b.data_dir);
+            let (ca, cb) = (a.cluster.as_ref().unwrap(), b.cluster.as_ref().unwrap());
+            assert_ne!(ca.transport_listen, cb.transport_listen);
+            assert_ne!(ca.raft_listen, cb.raft_listen);
         }
     }
 }
@@ -166,4 +189,136 @@ fn an_open_node_needs_no_tenancy() {
     let c = parse_str(&open).unwrap();
     assert!(c.config.tenants.is_empty() && c.config.namespaces.is_empty());
     assert!(c.config.store.disk.is_some());
+}
+
+/// A cluster config of node 1 with `extra` appended to `[cluster]` and certificates in `certs`.
+fn cluster_text(certs: &Path, extra: &str, members: &str) -> String {
+    format!(
+        "{GOOD}\n[cluster]\ncerts_dir = {:?}\n{extra}\n{members}",
+        certs.display().to_string()
+    )
+}
+
+const TWO: &str = r#"
+[[cluster.members]]
+id = 4
+api = "http://127.0.0.1:7104"
+transport = "127.0.0.1:7204"
+raft = "127.0.0.1:7304"
+[[cluster.members]]
+id = 5
+api = "http://127.0.0.1:7105"
+transport = "127.0.0.1:7205"
+raft = "127.0.0.1:7305"
+"#;
+
+#[test]
+fn a_cluster_section_loads_with_defaults_mapped_onto_the_directory() {
+    let certs = tempfile::tempdir().unwrap();
+    kvfabric_transport::generate_cluster(certs.path(), 5).unwrap();
+    let c = parse_str(&cluster_text(
+        certs.path(),
+        "lease_ms = 6000\nbatch_delay_ms_max = 7",
+        TWO,
+    ))
+    .unwrap()
+    .config;
+    let cl = c.cluster.unwrap();
+    assert_eq!(cl.replication, 2, "two members: two copies by default");
+    assert_eq!(cl.cert_name, "node4");
+    assert_eq!(cl.transport_listen.port(), 7204);
+    assert_eq!(cl.raft_listen.port(), 7304);
+    assert_eq!(cl.directory.lease_ms, 6000);
+    assert_eq!(cl.directory.batch_delay_ms_max, 7);
+    assert_eq!(cl.lease_renew.as_millis(), 1500, "a quarter of the lease");
+    assert_eq!(cl.members.len(), 2);
+
+    let alone = r#"
+[[cluster.members]]
+id = 4
+api = "http://127.0.0.1:7104"
+transport = "127.0.0.1:7204"
+raft = "127.0.0.1:7304"
+"#;
+    let c = parse_str(&cluster_text(certs.path(), "", alone))
+        .unwrap()
+        .config;
+    assert_eq!(c.cluster.unwrap().replication, 1, "alone: one copy");
+}
+
+#[test]
+fn cluster_mistakes_are_named_with_a_reason() {
+    let certs = tempfile::tempdir().unwrap();
+    kvfabric_transport::generate_cluster(certs.path(), 5).unwrap();
+    let other = TWO.replace("id = 4", "id = 6");
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            cluster_text(certs.path(), "", &other),
+            "cluster.members",
+            "among the members",
+        ),
+        (
+            cluster_text(certs.path(), "replication = 3", TWO),
+            "cluster.replication",
+            "found 3",
+        ),
+        (
+            cluster_text(certs.path(), "replication = 0", TWO),
+            "cluster.replication",
+            "found 0",
+        ),
+        (
+            cluster_text(certs.path(), "raft_listen = \"127.0.0.1:9\"", TWO),
+            "cluster.raft_listen",
+            "advertises",
+        ),
+        (
+            cluster_text(certs.path(), "cert_name = \"node5\"", TWO),
+            "cluster.cert_name",
+            "node4",
+        ),
+        (
+            cluster_text(certs.path(), "lease_renew_ms = 9000", TWO),
+            "cluster.lease_renew_ms",
+            "found 9000",
+        ),
+        (
+            cluster_text(certs.path(), "election_timeout_min_ms = 2000", TWO),
+            "cluster.election_timeout_max_ms",
+            "2000",
+        ),
+        (
+            cluster_text(certs.path(), "", &TWO.replace("id = 5", "id = 4")),
+            "cluster.members[1].id",
+            "twice",
+        ),
+        (
+            cluster_text(
+                certs.path(),
+                "",
+                &TWO.replace("127.0.0.1:7305", "localhost"),
+            ),
+            "cluster.members[1].raft",
+            "IP:PORT",
+        ),
+        (
+            cluster_text(
+                certs.path(),
+                "",
+                &TWO.replace("http://127.0.0.1:7105", "127.0.0.1:7105"),
+            ),
+            "cluster.members[1].api",
+            "http://",
+        ),
+        (cluster_text(certs.path(), "", ""), "cluster.members", ""),
+    ];
+    for (text, key, reason) in cases {
+        let (k, r) = rejected(&text);
+        assert_eq!(k, key, "{r}");
+        assert!(r.contains(reason), "{key}: {r}");
+    }
+    let empty = tempfile::tempdir().unwrap();
+    let (k, r) = rejected(&cluster_text(empty.path(), "", TWO));
+    assert_eq!(k, "cluster.certs_dir");
+    assert!(r.contains("ca.pem") && r.contains("kvfabric certs"), "{r}");
 }

@@ -39,7 +39,7 @@ pub(crate) struct Check<'a> {
 }
 
 impl Check<'_> {
-    fn err(&self, key: &str, reason: impl Into<String>) -> ConfigError {
+    pub(super) fn err(&self, key: &str, reason: impl Into<String>) -> ConfigError {
         ConfigError {
             file: self.file.to_owned(),
             key: key.to_owned(),
@@ -47,7 +47,7 @@ impl Check<'_> {
         }
     }
 
-    fn path(&self, p: &Path) -> PathBuf {
+    pub(super) fn path(&self, p: &Path) -> PathBuf {
         if p.is_absolute() {
             p.to_path_buf()
         } else {
@@ -118,6 +118,10 @@ impl Check<'_> {
         };
         let limits = self.limits(&raw.limits, smallest, largest)?;
         let (namespaces, tenants) = self.tenancy(raw.namespaces, raw.tenants)?;
+        let cluster = match raw.cluster {
+            None => None,
+            Some(c) => Some(self.cluster(node_id, c)?),
+        };
         let config = NodeConfig {
             file: self.file.to_owned(),
             node_id,
@@ -133,6 +137,7 @@ impl Check<'_> {
             limits,
             namespaces,
             tenants,
+            cluster,
         };
         Ok(Loaded { config, catalog })
     }

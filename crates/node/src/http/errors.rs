@@ -115,6 +115,23 @@ pub(crate) enum ApiError {
     /// The store is still opening (recovering the disk tier).
     #[error("the node is not ready: its store is still opening")]
     NotReady,
+    /// Fewer verified copies than the replication factor exist within the bound (the ones
+    /// that exist, this node's included, stay).
+    #[error("{have} of {want} verified copies of block {block} exist; the local copy stays")]
+    ReplicationIncomplete {
+        /// The block (hex).
+        block: String,
+        /// Copies that exist.
+        have: u32,
+        /// Copies asked for.
+        want: u32,
+    },
+    /// The directory could not record the block's ownership.
+    #[error("the directory did not record the block: {0}")]
+    DirectoryUnavailable(String),
+    /// The store is open but the node has not taken its place in the cluster yet.
+    #[error("the node is not ready: {0}")]
+    ClusterNotReady(&'static str),
     /// Every tier is full of blocks the node holds.
     #[error("no room: {0}")]
     StoreFull(String),
@@ -151,7 +168,11 @@ impl ApiError {
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Overloaded(_) | NotReady => StatusCode::SERVICE_UNAVAILABLE,
+            Overloaded(_)
+            | NotReady
+            | ClusterNotReady(_)
+            | ReplicationIncomplete { .. }
+            | DirectoryUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             StoreFull(_) => StatusCode::INSUFFICIENT_STORAGE,
             UnknownGeometry | Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -183,7 +204,9 @@ impl ApiError {
             RouteNotFound => "route_not_found",
             MethodNotAllowed => "method_not_allowed",
             Overloaded(_) => "overloaded",
-            NotReady => "not_ready",
+            NotReady | ClusterNotReady(_) => "not_ready",
+            ReplicationIncomplete { .. } => "replication_incomplete",
+            DirectoryUnavailable(_) => "directory_unavailable",
             StoreFull(_) => "store_full",
             UnknownGeometry => "unknown_geometry",
             Internal => "internal",
@@ -256,7 +279,7 @@ impl IntoResponse for ApiError {
             ApiError::MissingToken | ApiError::InvalidToken => {
                 h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
-            ApiError::Overloaded(_) | ApiError::NotReady => {
+            ApiError::Overloaded(_) | ApiError::NotReady | ApiError::ClusterNotReady(_) => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             _ => {}

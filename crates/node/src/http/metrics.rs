@@ -23,6 +23,8 @@
 //! | `kvfabric_quarantined_total`, `kvfabric_recovered_blocks_total` | counter | |
 //! | `kvfabric_tier_capacity_bytes`, `kvfabric_tier_used_bytes`, `kvfabric_tier_blocks` | gauge | tier |
 //! | `kvfabric_held_blocks`, `kvfabric_chunk_keys` | gauge | |
+//! | `kvfabric_raft_state` | gauge | stat: `term`, `is_leader`, `last_applied`, `last_log`, `epoch`, `members_healthy`, `rpc_ok`, `rpc_failed`, `rpc_served` (cluster nodes) |
+//! | `kvfabric_transport` | gauge | stat: the block transport's counters, e.g. `fetches_ok`, `verify_failures`, `bytes_in` (cluster nodes) |
 
 use std::borrow::Cow;
 use std::sync::Mutex;
@@ -33,8 +35,16 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use crate::cluster::view::ClusterMetrics;
 use crate::ids::NodeId;
 use crate::local::Snapshot;
+
+/// Labels of a cluster figure.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct StatLabels {
+    /// Which figure.
+    pub(crate) stat: &'static str,
+}
 
 /// Labels of a request.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -99,6 +109,8 @@ pub(crate) struct Metrics {
     tier_blocks: Family<TierLabels, Gauge>,
     held_blocks: Gauge,
     chunk_keys: Gauge,
+    raft: Family<StatLabels, Gauge>,
+    transport: Family<StatLabels, Gauge>,
 }
 
 impl Metrics {
@@ -122,6 +134,8 @@ impl Metrics {
             tier_blocks: Family::default(),
             held_blocks: Gauge::default(),
             chunk_keys: Gauge::default(),
+            raft: Family::default(),
+            transport: Family::default(),
         };
         r.register(
             "http_requests",
@@ -208,7 +222,53 @@ impl Metrics {
             "Chunk keys known to this node",
             m.chunk_keys.clone(),
         );
+        r.register(
+            "raft_state",
+            "The directory member's Raft state and RPC counts",
+            m.raft.clone(),
+        );
+        r.register(
+            "transport",
+            "The block transport's counters",
+            m.transport.clone(),
+        );
         Metrics { registry: r, ..m }
+    }
+
+    /// Sets the cluster figures (cluster nodes only; called before [`Metrics::encode`]).
+    pub(crate) fn set_cluster(&self, c: &ClusterMetrics) {
+        let raft = [
+            ("term", c.term),
+            ("is_leader", u64::from(c.is_leader)),
+            ("last_applied", c.last_applied),
+            ("last_log", c.last_log),
+            ("epoch", c.epoch),
+            ("members_healthy", c.members_healthy),
+            ("rpc_ok", c.raft_calls_ok),
+            ("rpc_failed", c.raft_calls_failed),
+            ("rpc_served", c.raft_served),
+        ];
+        for (stat, v) in raft {
+            self.raft.get_or_create(&StatLabels { stat }).set(gauge(v));
+        }
+        let t = &c.transport;
+        let transport = [
+            ("fetches_ok", t.fetches_ok),
+            ("fetches_failed", t.fetches_failed),
+            ("verify_failures", t.verify_failures),
+            ("protocol_violations", t.protocol_violations),
+            ("timeouts", t.timeouts),
+            ("connections_opened", t.connections_opened),
+            ("handshakes_refused", t.handshakes_refused),
+            ("blocks_served", t.blocks_served),
+            ("bytes_in", t.bytes_in),
+            ("bytes_out", t.bytes_out),
+        ];
+        for (stat, v) in transport {
+            self.transport
+                .get_or_create(&StatLabels { stat })
+                .set(gauge(v));
+        }
     }
 
     /// The OpenMetrics text of every series, store figures taken from `snapshot` (absent while

@@ -17,6 +17,7 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::sync::Semaphore;
 
+use crate::cluster::Cluster;
 use crate::config::Limits;
 use crate::ids::NodeId;
 use crate::local::LocalNode;
@@ -45,6 +46,10 @@ pub(crate) struct App {
     pub(crate) local: OnceLock<LocalNode>,
     /// Permits for requests in flight.
     pub(crate) inflight: Arc<Semaphore>,
+    /// The cluster side, once started (never on a standalone node).
+    pub(crate) cluster: OnceLock<Arc<Cluster>>,
+    /// Whether the node was configured as a cluster member (then readiness waits for it).
+    pub(crate) clustered: bool,
 }
 
 /// The shared state of the router.

@@ -61,6 +61,13 @@ impl Held {
         self.map.remove(&(*ns, *id))
     }
 
+    /// Every held block with its first slot.
+    pub(crate) fn first_slots(&self) -> impl Iterator<Item = (BlockId, SlotId)> + '_ {
+        self.map
+            .iter()
+            .filter_map(|((_, id), b)| b.slots.first().map(|s| (*id, *s)))
+    }
+
     /// Blocks held.
     pub(crate) fn len(&self) -> usize {
         self.map.len()

@@ -219,6 +219,32 @@ impl LocalNode {
         })
     }
 
+    /// Installs a block that arrived verified from a peer and holds it (a block already held
+    /// gives back the spare reference); returns the tier it sits in.
+    pub(crate) fn install(&self, block: &VerifiedBlock) -> Result<Tier, LocalError> {
+        self.with(|l| {
+            let s = l.store.install(block)?;
+            let tier = l.store.handle(s.slot)?.tier;
+            if !l.held.insert(block.namespace(), s.id, s.slot) {
+                l.store.release(s.slot)?;
+            }
+            Ok(tier)
+        })
+    }
+
+    /// Every block this node holds and the tier it sits in (for registering ownership after
+    /// a start). At most one entry per id, whatever its namespaces.
+    pub(crate) fn held_blocks(&self) -> Result<Vec<(BlockId, Tier)>, LocalError> {
+        self.with(|l| {
+            let mut out = std::collections::BTreeMap::new();
+            for (id, slot) in l.held.first_slots() {
+                let tier = l.store.handle(slot)?.tier;
+                out.insert(id, tier);
+            }
+            Ok(out.into_iter().collect())
+        })
+    }
+
     /// Counters, tier use and index sizes.
     pub(crate) fn snapshot(&self) -> Result<Snapshot, LocalError> {
         self.with(|l| {

@@ -6,7 +6,7 @@
 //! reservation, so arena room is never leaked.
 
 use kvfabric_store::{
-    BlockId, ByteCount, Dedup, ModelGeometry, NamespaceKey, PutForm, Reservation,
+    BlockId, ByteCount, Dedup, ModelGeometry, NamespaceKey, PutForm, Reservation, Tier,
 };
 
 use super::{LocalError, LocalNode};
@@ -37,6 +37,8 @@ pub(crate) struct Sealed {
     pub(crate) dedup: Dedup,
     /// Stored bytes (header + payload).
     pub(crate) bytes: ByteCount,
+    /// The tier it landed in.
+    pub(crate) tier: Tier,
 }
 
 /// One put in progress.
@@ -112,6 +114,7 @@ impl<'a> PutSession<'a> {
             .expect("a session holds its reservation until sealed");
         let sealed = self.node.with(|l| {
             let s = l.store.seal_reserved(r, &ns, geometry, form)?;
+            let tier = l.store.handle(s.slot)?.tier;
             if !l.held.insert(ns, s.id, s.slot) {
                 l.store.release(s.slot)?;
             }
@@ -122,6 +125,7 @@ impl<'a> PutSession<'a> {
                 id: s.id,
                 dedup: s.dedup,
                 bytes: s.bytes,
+                tier,
             })
         })?;
         Ok(sealed)

@@ -7,6 +7,7 @@
 //! counted per block (per compressed group), never per token (see [`accounting`]).
 
 pub mod accounting;
+pub mod fingerprint;
 pub mod layout;
 pub mod preset;
 
@@ -187,29 +188,11 @@ impl ModelGeometry {
         layout::derive(self)
     }
 
-    /// A 16-byte fingerprint of everything that decides a block's bytes and their meaning.
-    ///
-    /// blake3 (derive-key mode) over the canonical JSON of the geometry; two presets with the
-    /// same fingerprint lay out and rotate blocks identically.
+    /// A 16-byte fingerprint of everything that decides a block's bytes and their meaning
+    /// (see [`fingerprint`] for the canonical encoding it hashes).
     pub fn fingerprint(&self) -> [u8; 16] {
-        let canonical = canonical_bytes(self);
-        let full = blake3::derive_key("kvfabric 2026-11 geometry fingerprint v1", &canonical);
-        let mut out = [0u8; 16];
-        out.copy_from_slice(&full[..16]);
-        out
+        fingerprint::fingerprint(self)
     }
-}
-
-/// Canonical bytes of a geometry: TOML with field order fixed by the struct definitions.
-fn canonical_bytes(g: &ModelGeometry) -> Vec<u8> {
-    toml::to_string(&Wrapper { geometry: g })
-        .expect("geometry always serialises")
-        .into_bytes()
-}
-
-#[derive(Serialize)]
-struct Wrapper<'a> {
-    geometry: &'a ModelGeometry,
 }
 
 /// Greatest common divisor.

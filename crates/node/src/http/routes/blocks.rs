@@ -1,5 +1,10 @@
 //! `GET`, `HEAD` and `DELETE /v1/blocks/{id}`.
 //!
+//! On a cluster node a `GET` that misses locally fetches the block from its live owners
+//! (`cluster::remote_get`), installs it, and serves it with `kvfabric-source: n<owner>`;
+//! `HEAD` answers from this node's tiers only; a `DELETE` that drops the node's reference
+//! also releases its ownership record in the directory.
+//!
 //! A block is visible only in the namespace it was sealed in (and in shared namespaces to
 //! every valid token). Input is checked before the lookup, and the lookup is by
 //! `(namespace, id)`: another tenant's id and an absent id take the same path to the same
@@ -23,14 +28,24 @@ use crate::local::Deleted;
 /// What `kvfabric-source` says of a block served from this node's own tiers.
 const SOURCE_LOCAL: &str = "local";
 
-fn block_headers(resp: &mut Response, tier: Tier, len: u64, model: Option<&str>) {
+fn block_headers(
+    resp: &mut Response,
+    tier: Tier,
+    len: u64,
+    model: Option<&str>,
+    source: Option<crate::ids::NodeId>,
+) {
     let h = resp.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/octet-stream"),
     );
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-    h.insert(headers::SOURCE, HeaderValue::from_static(SOURCE_LOCAL));
+    let source = match source {
+        None => HeaderValue::from_static(SOURCE_LOCAL),
+        Some(n) => HeaderValue::from_str(&n.to_string()).expect("n<digits> is a valid header"),
+    };
+    h.insert(headers::SOURCE, source);
     h.insert(headers::TIER, HeaderValue::from_static(tier.name()));
     if let Some(m) = model.and_then(|m| HeaderValue::from_str(m).ok()) {
         h.insert(headers::MODEL_OUT, m);
@@ -47,9 +62,19 @@ pub(crate) async fn get_block(
     let read = app.tenancy.caller(&headers)?.read(&headers)?;
     let id = headers::block_id(uri.path())?;
     let position = headers::query_position(uri.query())?;
-    let Some((block, tier)) = local.get(&read, &id).map_err(ApiError::from_local)? else {
-        app.metrics.misses.inc();
-        return Err(ApiError::NotFound);
+    let (block, tier, source) = match local.get(&read, &id).map_err(ApiError::from_local)? {
+        Some((block, tier)) => (block, tier, None),
+        None => {
+            let remote = match app.cluster.get() {
+                Some(c) => c.fetch_remote(&app, &read, id).await,
+                None => None,
+            };
+            let Some(hit) = remote else {
+                app.metrics.misses.inc();
+                return Err(ApiError::NotFound);
+            };
+            (hit.block, hit.tier, Some(hit.source))
+        }
     };
     app.metrics
         .hits
@@ -78,6 +103,7 @@ pub(crate) async fn get_block(
         tier,
         len,
         model.map(|m| m.geometry.name.as_str()),
+        source,
     );
     Ok(resp)
 }
@@ -96,7 +122,7 @@ pub(crate) async fn head_block(
         return Err(ApiError::NotFound);
     };
     let mut resp = StatusCode::OK.into_response();
-    block_headers(&mut resp, tier, len, None);
+    block_headers(&mut resp, tier, len, None, None);
     Ok(resp)
 }
 
@@ -114,11 +140,21 @@ pub(crate) async fn delete_block(
     if uri.query().is_some_and(|q| !q.is_empty()) {
         return Err(ApiError::InvalidQuery("DELETE takes no parameters".into()));
     }
+    let held = local.head(&[write], &id).map_err(ApiError::from_local)?;
     match local
         .delete(&write, &read, &id)
         .map_err(ApiError::from_local)?
     {
-        Deleted::Released => Ok(StatusCode::NO_CONTENT.into_response()),
+        Deleted::Released => {
+            let batcher = app.cluster.get().and_then(|c| c.incarnation.batcher());
+            if let (Some(b), Some((tier, _))) = (batcher, held) {
+                // The reference is gone either way; a lost release is purged with the lease.
+                if let Err(e) = b.release(id, tier).await {
+                    tracing::warn!(block = %id, error = %e, "releasing ownership failed");
+                }
+            }
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
         Deleted::Forbidden => Err(ApiError::NamespaceForbidden("delete from")),
         Deleted::NotFound => Err(ApiError::NotFound),
     }

@@ -33,7 +33,7 @@ pub(crate) async fn models(
 
 #[derive(Serialize)]
 struct TierView {
-    tier: &'static str,
+    tier: String,
     capacity: u64,
     used: u64,
     blocks: u64,
@@ -51,11 +51,15 @@ struct Member {
 #[derive(Serialize)]
 struct ClusterResponse {
     members: Vec<Member>,
-    leader: String,
+    /// `null` while no leader is known.
+    leader: Option<String>,
     term: u64,
 }
 
-/// `GET /v1/cluster`: this node as the only member, `standalone`, its own leader at term 0.
+/// `GET /v1/cluster`: on a cluster node, every configured member with its Raft role, whether
+/// its lease is current and its tiers (asked of each live member, bounded; none for a member
+/// that does not answer), the leader and the term; on a standalone node, this node as the
+/// only member, `standalone`, its own leader at term 0.
 pub(crate) async fn cluster(
     State(app): State<AppState>,
     headers: HeaderMap,
@@ -65,16 +69,41 @@ pub(crate) async fn cluster(
         Some(l) => Some(l.snapshot().map_err(ApiError::from_local)?),
         None => None,
     };
-    let tiers = snapshot
-        .iter()
-        .flat_map(|s| &s.usage)
-        .map(|u| TierView {
-            tier: u.tier.name(),
-            capacity: u.capacity.0,
-            used: u.used.0,
-            blocks: u.blocks,
-        })
-        .collect();
+    let mut tiers = tier_views(snapshot.as_ref());
+    if let Some(c) = app.cluster.get() {
+        let view = c.view();
+        let mut peers = c.peer_tiers().await;
+        let members = view
+            .members
+            .into_iter()
+            .map(|m| Member {
+                id: m.id.to_string(),
+                api: m.api,
+                role: m.role,
+                tiers: if m.id == app.node_id {
+                    std::mem::take(&mut tiers)
+                } else {
+                    peers
+                        .remove(&m.id)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|t| TierView {
+                            tier: t.tier,
+                            capacity: t.capacity,
+                            used: t.used,
+                            blocks: t.blocks,
+                        })
+                        .collect()
+                },
+                healthy: m.healthy,
+            })
+            .collect();
+        return Ok(super::json(&ClusterResponse {
+            members,
+            leader: view.leader.map(|l| l.to_string()),
+            term: view.term,
+        }));
+    }
     let me = app.node_id.to_string();
     Ok(super::json(&ClusterResponse {
         members: vec![Member {
@@ -84,9 +113,22 @@ pub(crate) async fn cluster(
             tiers,
             healthy: snapshot.is_some(),
         }],
-        leader: me,
+        leader: Some(me),
         term: TERM_STANDALONE,
     }))
+}
+
+fn tier_views(snapshot: Option<&crate::local::Snapshot>) -> Vec<TierView> {
+    snapshot
+        .iter()
+        .flat_map(|s| &s.usage)
+        .map(|u| TierView {
+            tier: u.tier.name().to_owned(),
+            capacity: u.capacity.0,
+            used: u.used.0,
+            blocks: u.blocks,
+        })
+        .collect()
 }
 
 /// `GET /metrics`.
@@ -95,6 +137,9 @@ pub(crate) async fn metrics(State(app): State<AppState>) -> Result<Response, Api
         Some(l) => Some(l.snapshot().map_err(ApiError::from_local)?),
         None => None,
     };
+    if let Some(c) = app.cluster.get() {
+        app.metrics.set_cluster(&c.metrics());
+    }
     let text = app.metrics.encode(snapshot.as_ref());
     Ok((
         [(
@@ -115,8 +160,18 @@ pub(crate) async fn healthz() -> Response {
         .into_response()
 }
 
-/// `GET /readyz`: the store is open (later also: joined, directory caught up).
+/// `GET /readyz`: the store is open and, on a cluster node, the node has joined the
+/// directory, a leader is known and this replica has applied its own join.
 pub(crate) async fn readyz(State(app): State<AppState>) -> Result<Response, ApiError> {
     app.local()?;
+    if app.clustered {
+        let cluster = app
+            .cluster
+            .get()
+            .ok_or(ApiError::ClusterNotReady("the cluster side is starting"))?;
+        cluster
+            .ready()
+            .map_err(|r| ApiError::ClusterNotReady(r.reason()))?;
+    }
     Ok(super::json(&serde_json::json!({ "ready": true })))
 }

@@ -1,8 +1,10 @@
-//! `POST /v1/lookup`: chunk keys → block and owners, from this node's own knowledge.
+//! `POST /v1/lookup`: chunk keys → block and owners.
 //!
-//! Until the directory is wired (issue 4) the answer covers what was put on this node with a
-//! chunk key: `owners` is `[this node]` for a key whose block it holds, and a key it does not
-//! know gets `"block": null, "owners": []`.
+//! On a cluster node the answer comes from this node's replica of the directory: the chunk
+//! key (keyed by each namespace the caller may read, so tenants never see each other's keys)
+//! → its block → the members holding it whose lease is current. On a standalone node it
+//! covers what was put here with a chunk key: `owners` is `[this node]` for a key whose block
+//! it holds. A key nobody knows gets `"block": null, "owners": []`.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -68,6 +70,21 @@ pub(crate) async fn lookup(
             ChunkKey::from_hex(k).map_err(|e| ApiError::InvalidChunkKey(format!("keys[{i}]: {e}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    if let Some(cluster) = app.cluster.get() {
+        let mut results = Vec::with_capacity(keys.len());
+        for k in &keys {
+            let block = cluster.resolve_chunk(&read, *k).await;
+            let owners = block
+                .map(|b| cluster.live_owner_ids(&b))
+                .unwrap_or_default();
+            results.push(LookupResult {
+                key: k.to_hex(),
+                block: block.map(|b| b.to_hex()),
+                owners: owners.iter().map(|n| n.to_string()).collect(),
+            });
+        }
+        return Ok(super::json(&LookupResponse { results }));
+    }
     let found = local.lookup(&read, &keys).map_err(ApiError::from_local)?;
     let me = app.node_id.to_string();
     let results = keys

@@ -2,7 +2,7 @@
 //!
 //! | method, path | success | refusals |
 //! |---|---|---|
-//! | `PUT /v1/blocks` | 201 put response | 400, 401, 403, 408, 413, 503, 507 |
+//! | `PUT /v1/blocks` | 201 put response (`replicas`: verified copies) | 400, 401, 403, 408, 413, 503, 507 |
 //! | `GET /v1/blocks/{id}` (`?position=P`) | 200 payload | 400, 401, 403, 404 |
 //! | `HEAD /v1/blocks/{id}` | 200 (length, source, tier) | 400, 401, 403, 404 |
 //! | `DELETE /v1/blocks/{id}` | 204 | 400, 401, 403, 404 |
@@ -12,6 +12,14 @@
 //! | `GET /metrics` | 200 OpenMetrics text | |
 //! | `GET /healthz` | 200 while the process serves | |
 //! | `GET /readyz` | 200 once the store is open | 503 `not_ready` |
+//!
+//! On a cluster node: a put answers 201 only once `replication` verified copies exist on
+//! distinct nodes, else 503 `replication_incomplete` (the message names the block and how many
+//! copies exist; the local copy stays) or 503 `directory_unavailable` (ownership could not be
+//! recorded); a get that misses locally fetches from the block's live owners and names the
+//! one that served it in `kvfabric-source`; `/readyz` also waits for the node to have joined
+//! the directory, a leader and its own join applied. Node-to-node requests are not HTTP routes:
+//! they travel on the cluster's mutually authenticated QUIC endpoints (see `cluster::control`).
 //!
 //! Any other path is 404 `route_not_found`, another method 405 `method_not_allowed`. Every
 //! route may also answer 503 `overloaded` (too many requests in flight) and the store-backed

@@ -22,7 +22,7 @@ use crate::ids::ChunkKey;
 use crate::local::{PutError, PutSession};
 use crate::presets::Model;
 
-/// Replicas acknowledged on one node (the cluster path raises it with its replication factor).
+/// Replicas acknowledged on a standalone node.
 const REPLICAS_LOCAL: u32 = 1;
 
 /// The 201 body.
@@ -110,11 +110,35 @@ pub(crate) async fn put_block(
         })
         .inc();
     tracing::debug!(block = %sealed.id, model = %g.name, dedup = sealed.dedup.name(), "sealed");
+    let replicas = match app.cluster.get() {
+        None => REPLICAS_LOCAL,
+        Some(cluster) => {
+            let batcher = cluster.incarnation.batcher().ok_or_else(|| {
+                ApiError::DirectoryUnavailable("this node has not joined the directory yet".into())
+            })?;
+            let chunk = plan
+                .chunk_key
+                .map(|k| crate::cluster::directory_chunk_key(&plan.ns, k));
+            batcher
+                .claim(sealed.id, sealed.tier, chunk)
+                .await
+                .map_err(|e| ApiError::DirectoryUnavailable(e.to_string()))?;
+            let r = cluster.replicate(plan.ns, sealed.id).await;
+            if r.have < r.want {
+                return Err(ApiError::ReplicationIncomplete {
+                    block: sealed.id.to_hex(),
+                    have: r.have,
+                    want: r.want,
+                });
+            }
+            r.have
+        }
+    };
     let resp = PutResponse {
         block: sealed.id.to_hex(),
         dedup: sealed.dedup.name(),
         bytes: sealed.bytes.0,
-        replicas: REPLICAS_LOCAL,
+        replicas,
     };
     Ok((StatusCode::CREATED, super::json(&resp)).into_response())
 }

@@ -1,0 +1,102 @@
+//! Replication of a put: the node that sealed a block asks `replication − 1` other members to
+//! take verified copies, and the put is acknowledged with the number of copies that exist.
+//!
+//! Peers are chosen deterministically among the members whose lease is current: ordered by a
+//! rendezvous score `blake3(block ‖ member id)`, so the same block goes to the same peers from
+//! any node and load spreads across members. A peer that fails is replaced by the next in
+//! that order. Each peer (`control_server`, behind the control channel) fetches the block from
+//! the sealing node over the block transport (verified as it arrives), installs it,
+//! registers itself as an owner under its epoch, and only then answers. The whole wait is
+//! bounded by [`REPLICATE_TIMEOUT_MS`]; copies that did not answer by then are not counted.
+
+use std::time::Duration;
+
+use kvfabric_directory::NodeId as DirNodeId;
+use kvfabric_store::{BlockId, NamespaceKey};
+use tokio::task::JoinSet;
+
+use super::control::{ControlRequest, ControlResponse};
+use super::Cluster;
+use crate::config::Member;
+
+/// Bound on waiting for the copies of one put.
+pub(crate) const REPLICATE_TIMEOUT_MS: u64 = 15_000;
+
+/// What a put's replication achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Replicas {
+    /// Verified copies that exist, this node's included.
+    pub(crate) have: u32,
+    /// Copies asked for (the replication factor).
+    pub(crate) want: u32,
+}
+
+impl Cluster {
+    /// The members other than this one whose lease is current, best peer for `id` first.
+    fn replica_order(&self, id: &BlockId) -> Vec<Member> {
+        let now_ms = kvfabric_directory::Clock::now_ms(&kvfabric_directory::SystemClock);
+        let mut peers: Vec<(blake3::Hash, Member)> = self
+            .config
+            .members
+            .iter()
+            .filter(|m| m.id != self.me && self.is_live(m.id, now_ms))
+            .map(|m| {
+                let mut h = blake3::Hasher::new();
+                h.update(&id.0);
+                h.update(&m.id.0.to_le_bytes());
+                (h.finalize(), m.clone())
+            })
+            .collect();
+        peers.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        peers.into_iter().map(|(_, m)| m).collect()
+    }
+
+    /// Asks peers for copies of `(ns, id)` until `replication − 1` answered with a verified,
+    /// registered copy, the candidates ran out, or [`REPLICATE_TIMEOUT_MS`] passed.
+    pub(crate) async fn replicate(&self, ns: NamespaceKey, id: BlockId) -> Replicas {
+        let want = self.config.replication;
+        let need = want.saturating_sub(1) as usize;
+        let mut candidates = self.replica_order(&id).into_iter();
+        let mut calls = JoinSet::new();
+        let limit = Duration::from_millis(REPLICATE_TIMEOUT_MS);
+        let deadline = tokio::time::Instant::now() + limit;
+        let req = ControlRequest::Replicate {
+            from: self.me.0,
+            namespace: ns,
+            block: id,
+        };
+        let mut copies = 0usize;
+        let spawn = |calls: &mut JoinSet<_>, m: Member| {
+            let net = self.raft_net.clone();
+            let req = req.clone();
+            calls.spawn(async move {
+                let r = net
+                    .control_call(DirNodeId(m.id.0), m.raft, &req, limit)
+                    .await;
+                (m.id, r)
+            });
+        };
+        for m in candidates.by_ref().take(need) {
+            spawn(&mut calls, m);
+        }
+        while copies < need {
+            let next = tokio::time::timeout_at(deadline, calls.join_next()).await;
+            let Ok(Some(joined)) = next else { break };
+            match joined {
+                Ok((_, Ok(ControlResponse::Replicated { .. }))) => copies += 1,
+                Ok((peer, outcome)) => {
+                    tracing::warn!(%peer, block = %id, ?outcome, "a replica was not taken; trying the next member");
+                    if let Some(m) = candidates.next() {
+                        spawn(&mut calls, m);
+                    }
+                }
+                Err(e) => tracing::error!(error = %e, "a replication task failed"),
+            }
+        }
+        calls.abort_all();
+        Replicas {
+            have: 1 + copies as u32,
+            want,
+        }
+    }
+}

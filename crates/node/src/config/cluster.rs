@@ -1,0 +1,274 @@
+//! `[cluster]`: the members of a cluster, this node's listeners on the node-to-node networks,
+//! its TLS identity, the replication factor and the directory's lease and batching bounds.
+//!
+//! ```toml
+//! [cluster]                         # optional: a standalone node without it
+//! certs_dir = "/tmp/kvfabric/certs" # from `kvfabric certs --out DIR --nodes N`: ca.pem,
+//!                                   # nodeN.pem, nodeN.key.pem (checked at start)
+//! cert_name = "node1"               # optional, default "node{id}"; peers are dialled by
+//!                                   # this name, which must be "node{id}"
+//! transport_listen = "127.0.0.1:7201" # optional, default: this member's `transport`
+//! raft_listen = "127.0.0.1:7301"    # optional, default: this member's `raft`
+//! replication = 2                   # optional: copies a put waits for; default 2 with two
+//!                                   # or more members, 1 alone; at most the member count
+//! lease_ms = 10000                  # optional: a node's ownership lease in the directory
+//! lease_renew_ms = 2500             # optional, default lease_ms / 4; below lease_ms / 2
+//! batch_records_max = 512           # optional: ownership records per Raft entry
+//! batch_delay_ms_max = 5            # optional: longest a record waits for its batch
+//! heartbeat_interval_ms = 100       # optional, Raft
+//! election_timeout_min_ms = 500     # optional, Raft
+//! election_timeout_max_ms = 1000    # optional, Raft
+//!
+//! [[cluster.members]]               # every member, this node included; ids unique
+//! id = 1
+//! api = "http://127.0.0.1:7101"     # its HTTP API as clients reach it
+//! transport = "127.0.0.1:7201"      # its QUIC block transport (IP:PORT)
+//! raft = "127.0.0.1:7301"           # its Raft endpoint (IP:PORT)
+//! ```
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kvfabric_directory::DirectoryConfig;
+use kvfabric_store::ConfigError;
+
+use super::raw::{RawCluster, RawMember};
+use super::validate::{Check, NODE_ID_MAX};
+use crate::ids::NodeId;
+
+/// Most members one cluster config may list.
+pub(crate) const MEMBERS_MAX: usize = 64;
+/// Highest replication factor.
+pub(crate) const REPLICATION_MAX: u32 = 8;
+
+/// One member of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Member {
+    /// Its id.
+    pub(crate) id: NodeId,
+    /// Its HTTP API (`http://IP:PORT`).
+    pub(crate) api: String,
+    /// Its block transport.
+    pub(crate) transport: SocketAddr,
+    /// Its Raft endpoint.
+    pub(crate) raft: SocketAddr,
+}
+
+impl Member {
+    /// The name its certificate carries.
+    pub(crate) fn cert_name(&self) -> String {
+        format!("node{}", self.id.0)
+    }
+}
+
+/// A validated `[cluster]`.
+#[derive(Debug, Clone)]
+pub(crate) struct ClusterConfig {
+    /// Where this node's block transport listens.
+    pub(crate) transport_listen: SocketAddr,
+    /// Where this node's Raft endpoint listens.
+    pub(crate) raft_listen: SocketAddr,
+    /// The certificates directory.
+    pub(crate) certs_dir: PathBuf,
+    /// This node's certificate name.
+    pub(crate) cert_name: String,
+    /// Copies a put waits for, this node's included.
+    pub(crate) replication: u32,
+    /// Period of lease renewals.
+    pub(crate) lease_renew: Duration,
+    /// Every member, by id.
+    pub(crate) members: Vec<Member>,
+    /// The directory's bounds.
+    pub(crate) directory: DirectoryConfig,
+}
+
+impl ClusterConfig {
+    /// The member with `id`.
+    pub(crate) fn member(&self, id: NodeId) -> Option<&Member> {
+        self.members.iter().find(|m| m.id == id)
+    }
+}
+
+impl Check<'_> {
+    fn socket(&self, key: &str, s: &str) -> Result<SocketAddr, ConfigError> {
+        s.parse().map_err(|_| {
+            self.err(
+                key,
+                format!("expected IP:PORT (e.g. 127.0.0.1:7201), found {s:?}"),
+            )
+        })
+    }
+
+    fn member(&self, i: usize, m: &RawMember) -> Result<Member, ConfigError> {
+        let key = |k: &str| format!("cluster.members[{i}].{k}");
+        if m.id == 0 || m.id > NODE_ID_MAX {
+            return Err(self.err(
+                &key("id"),
+                format!("expected 1 to {NODE_ID_MAX}, found {}", m.id),
+            ));
+        }
+        let api_addr = m.api.strip_prefix("http://").unwrap_or("");
+        if api_addr.parse::<SocketAddr>().is_err() {
+            return Err(self.err(
+                &key("api"),
+                format!("expected http://IP:PORT, found {:?}", m.api),
+            ));
+        }
+        Ok(Member {
+            id: NodeId(m.id),
+            api: m.api.clone(),
+            transport: self.socket(&key("transport"), &m.transport)?,
+            raft: self.socket(&key("raft"), &m.raft)?,
+        })
+    }
+
+    /// Validates `[cluster]` for node `me`.
+    pub(crate) fn cluster(
+        &self,
+        me: NodeId,
+        raw: RawCluster,
+    ) -> Result<ClusterConfig, ConfigError> {
+        if raw.members.is_empty() || raw.members.len() > MEMBERS_MAX {
+            return Err(self.err(
+                "cluster.members",
+                format!(
+                    "expected 1 to {MEMBERS_MAX} members, found {}",
+                    raw.members.len()
+                ),
+            ));
+        }
+        let mut members = Vec::with_capacity(raw.members.len());
+        let mut seen = HashSet::new();
+        for (i, m) in raw.members.iter().enumerate() {
+            let m = self.member(i, m)?;
+            if !seen.insert(m.id) {
+                return Err(self.err(
+                    &format!("cluster.members[{i}].id"),
+                    format!("expected unique ids, found {} twice", m.id),
+                ));
+            }
+            members.push(m);
+        }
+        members.sort_by_key(|m| m.id);
+        let Some(mine) = members.iter().find(|m| m.id == me).cloned() else {
+            return Err(self.err(
+                "cluster.members",
+                format!("expected this node ({me}) among the members, found it missing"),
+            ));
+        };
+        let transport_listen = match &raw.transport_listen {
+            Some(s) => self.socket("cluster.transport_listen", s)?,
+            None => mine.transport,
+        };
+        let raft_listen = match &raw.raft_listen {
+            Some(s) => self.socket("cluster.raft_listen", s)?,
+            None => mine.raft,
+        };
+        for (key, listen, advertised) in [
+            ("cluster.transport_listen", transport_listen, mine.transport),
+            ("cluster.raft_listen", raft_listen, mine.raft),
+        ] {
+            if listen.port() != advertised.port() {
+                return Err(self.err(
+                    key,
+                    format!(
+                        "expected the port this node's member entry advertises ({}), found {}",
+                        advertised.port(),
+                        listen.port()
+                    ),
+                ));
+            }
+        }
+        let cert_name = raw.cert_name.clone().unwrap_or_else(|| mine.cert_name());
+        if cert_name != mine.cert_name() {
+            return Err(self.err(
+                "cluster.cert_name",
+                format!(
+                    "expected {:?} (peers dial node{{id}}), found {cert_name:?}",
+                    mine.cert_name()
+                ),
+            ));
+        }
+        let certs_dir = self.path(&raw.certs_dir);
+        for file in [
+            "ca.pem".to_owned(),
+            format!("{cert_name}.pem"),
+            format!("{cert_name}.key.pem"),
+        ] {
+            let path = certs_dir.join(&file);
+            if !path.is_file() {
+                return Err(self.err(
+                    "cluster.certs_dir",
+                    format!(
+                        "expected {} to exist (generate with `kvfabric certs --out {} --nodes {}`), found it missing",
+                        path.display(),
+                        certs_dir.display(),
+                        members.len()
+                    ),
+                ));
+            }
+        }
+        let default_r = if members.len() >= 2 { 2 } else { 1 };
+        let replication = raw.replication.unwrap_or(default_r);
+        if replication == 0 || replication > REPLICATION_MAX || replication as usize > members.len()
+        {
+            return Err(self.err(
+                "cluster.replication",
+                format!(
+                    "expected 1 to {} (at most the member count and {REPLICATION_MAX}), found {replication}",
+                    members.len().min(REPLICATION_MAX as usize)
+                ),
+            ));
+        }
+        let defaults = DirectoryConfig::default();
+        let directory = DirectoryConfig {
+            cluster_name: "kvfabric".to_owned(),
+            lease_ms: raw.lease_ms.unwrap_or(defaults.lease_ms),
+            batch_records_max: raw.batch_records_max.unwrap_or(defaults.batch_records_max),
+            batch_delay_ms_max: raw
+                .batch_delay_ms_max
+                .unwrap_or(defaults.batch_delay_ms_max),
+            heartbeat_interval_ms: raw
+                .heartbeat_interval_ms
+                .unwrap_or(defaults.heartbeat_interval_ms),
+            election_timeout_min_ms: raw
+                .election_timeout_min_ms
+                .unwrap_or(defaults.election_timeout_min_ms),
+            election_timeout_max_ms: raw
+                .election_timeout_max_ms
+                .unwrap_or(defaults.election_timeout_max_ms),
+            ..defaults
+        };
+        if let Err(e) = directory.validate() {
+            let key = match &e {
+                kvfabric_directory::DirectoryError::Config { field, .. } => {
+                    format!("cluster.{field}")
+                }
+                _ => "cluster".to_owned(),
+            };
+            return Err(self.err(&key, e.to_string()));
+        }
+        let renew_ms = raw.lease_renew_ms.unwrap_or(directory.lease_ms / 4);
+        if renew_ms == 0 || renew_ms * 2 > directory.lease_ms {
+            return Err(self.err(
+                "cluster.lease_renew_ms",
+                format!(
+                    "expected 1 to lease_ms / 2 ({}), found {renew_ms}",
+                    directory.lease_ms / 2
+                ),
+            ));
+        }
+        Ok(ClusterConfig {
+            transport_listen,
+            raft_listen,
+            certs_dir,
+            cert_name,
+            replication,
+            lease_renew: Duration::from_millis(renew_ms),
+            members,
+            directory,
+        })
+    }
+}

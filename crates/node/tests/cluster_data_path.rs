@@ -1,0 +1,178 @@
+//! The cross-node data path with real processes: a put on one node is replicated to a second
+//! (replicas = 2, a verified copy on another node), a get on a node that holds nothing fetches
+//! from an owner (bytes equal, `kvfabric-source` names it, the reader then registered as an
+//! owner, `?position=` rotated as a local read would be), lookups answer from the directory,
+//! a put that cannot reach its replication factor is a typed 503 with the local copy kept, and
+//! a block whose owners are all dead is a 404 within a bound.
+
+mod cluster_harness;
+mod common;
+
+use std::time::{Duration, Instant};
+
+use cluster_harness::{init_tracing, Cluster};
+use common::{builtin, payload};
+
+const MODEL: &str = "deepseek-v2-lite";
+
+fn key(seed: u8) -> String {
+    blake3::hash(&[seed]).to_hex().to_string()
+}
+
+fn node(name: &str) -> u64 {
+    name.trim_start_matches('n').parse().expect("n<id>")
+}
+
+#[test]
+fn a_put_is_replicated_and_a_get_elsewhere_fetches_verifies_and_registers() {
+    init_tracing();
+    let g = builtin(MODEL);
+    tracing::info!("phase 1: three nodes, replication 2 (the default)");
+    let mut cluster = Cluster::up(3);
+    cluster.agreed_leader(&[1, 2, 3]);
+
+    tracing::info!("phase 2: a put on n1 reports two verified replicas");
+    let bytes = payload(&g, 11);
+    let k = key(1);
+    let r = cluster.put_block(1, &g, &bytes, &[("kvfabric-chunk-key", &k)]);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let put = r.json();
+    assert_eq!(put["replicas"], 2, "{put}");
+    let id = put["block"].as_str().unwrap().to_owned();
+
+    tracing::info!("phase 3: the directory names two owners, and the second holds a copy");
+    let (block, owners) = cluster.lookup(1, &k);
+    assert_eq!(block.as_deref(), Some(id.as_str()));
+    assert_eq!(owners.len(), 2, "{owners:?}");
+    assert!(owners.contains(&"n1".to_owned()), "{owners:?}");
+    let copy = owners.iter().map(|o| node(o)).find(|n| *n != 1).unwrap();
+    assert_eq!(
+        cluster.head_status(copy, &id),
+        200,
+        "n{copy} holds the copy locally"
+    );
+    let reader = (1..=3)
+        .find(|n| !owners.contains(&format!("n{n}")))
+        .unwrap();
+    assert_eq!(
+        cluster.head_status(reader, &id),
+        404,
+        "n{reader} holds nothing yet"
+    );
+    let (_, seen) = cluster.lookup(reader, &k);
+    assert_eq!(seen, owners, "every replica of the directory agrees");
+
+    tracing::info!(
+        reader,
+        "phase 4: a get on the third node fetches from the best owner"
+    );
+    let got = cluster
+        .get(reader, &format!("/v1/blocks/{id}"))
+        .expect("get");
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body, bytes, "the bytes put on n1");
+    assert_eq!(
+        got.header("kvfabric-source"),
+        Some("n1"),
+        "same tier: lowest id first"
+    );
+    cluster.wait_for("the reader to be registered as an owner", || {
+        let (_, o) = cluster.lookup(1, &k);
+        o.contains(&format!("n{reader}")).then_some(())
+    });
+    let again = cluster
+        .get(reader, &format!("/v1/blocks/{id}"))
+        .expect("get");
+    assert_eq!(again.header("kvfabric-source"), Some("local"));
+
+    tracing::info!("phase 5: a remote get rotates to ?position= like a local one");
+    let bytes2 = payload(&g, 12);
+    let r = cluster.put_block(1, &g, &bytes2, &[]);
+    assert_eq!(r.status, 201);
+    let id2 = r.json()["block"].as_str().unwrap().to_owned();
+    let holders: Vec<u64> = (1..=3)
+        .filter(|n| cluster.head_status(*n, &id2) == 200)
+        .collect();
+    assert_eq!(holders.len(), 2, "{holders:?}");
+    let far = (1..=3).find(|n| !holders.contains(n)).unwrap();
+    let local = cluster
+        .get(1, &format!("/v1/blocks/{id2}?position=77"))
+        .unwrap();
+    let remote = cluster
+        .get(far, &format!("/v1/blocks/{id2}?position=77"))
+        .unwrap();
+    assert_eq!(remote.status, 200);
+    assert_ne!(remote.header("kvfabric-source"), Some("local"));
+    assert_eq!(remote.body, local.body, "rotated bytes agree");
+    assert_ne!(remote.body, bytes2, "position 77 rotates k_rope");
+
+    tracing::info!("phase 6: an unknown block is a 404 on every node, no hang");
+    let absent = "ab".repeat(32);
+    for n in 1..=3 {
+        assert_eq!(
+            cluster
+                .get(n, &format!("/v1/blocks/{absent}"))
+                .unwrap()
+                .status,
+            404
+        );
+    }
+    let (ok, out) = cluster.down();
+    assert!(ok, "{out}");
+}
+
+#[test]
+fn short_of_replicas_is_a_typed_503_and_dead_owners_are_a_bounded_404() {
+    init_tracing();
+    let g = builtin(MODEL);
+    tracing::info!("phase 1: three nodes asked for three copies");
+    let mut cluster = Cluster::up_with(3, &["--replication", "3"]);
+    cluster.agreed_leader(&[1, 2, 3]);
+    let bytes = payload(&g, 21);
+    let r = cluster.put_block(1, &g, &bytes, &[]);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["replicas"], 3);
+    let id = r.json()["block"].as_str().unwrap().to_owned();
+
+    tracing::info!("phase 2: n3 is killed; a put reaches two copies of three: 503");
+    cluster.kill(3);
+    let bytes2 = payload(&g, 22);
+    let r = cluster.put_block(1, &g, &bytes2, &[]);
+    assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+    let err = r.json();
+    assert_eq!(err["error"]["code"], "replication_incomplete", "{err}");
+    assert!(
+        err["error"]["message"].as_str().unwrap().contains("2 of 3"),
+        "{err}"
+    );
+    let message = err["error"]["message"].as_str().unwrap();
+    let id2 = message
+        .split_whitespace()
+        .find(|w| w.len() == 64)
+        .expect("the message names the block")
+        .to_owned();
+    assert_eq!(cluster.head_status(1, &id2), 200, "the local copy stays");
+
+    tracing::info!("phase 3: n3 restarts, then n1 and n2 are killed: nobody serves the block");
+    cluster.restart(3);
+    cluster.wait_for("n3 ready again", || cluster.ready(3).then_some(()));
+    assert_eq!(
+        cluster.head_status(3, &id),
+        404,
+        "n3 lost its RAM copy with the kill"
+    );
+    cluster.kill(1);
+    cluster.kill(2);
+    let start = Instant::now();
+    let r = cluster
+        .get(3, &format!("/v1/blocks/{id}"))
+        .expect("an answer");
+    assert_eq!(r.status, 404, "{}", String::from_utf8_lossy(&r.body));
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "bounded: {:?}",
+        start.elapsed()
+    );
+    let (ok, out) = cluster.down();
+    assert!(ok, "{out}");
+}

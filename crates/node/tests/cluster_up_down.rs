@@ -1,0 +1,66 @@
+//! `kvfabric cluster up` starts three node processes that agree on one leader; `cluster down`
+//! stops every one of them.
+
+mod cluster_harness;
+
+use cluster_harness::{alive, init_tracing, Cluster};
+
+#[test]
+fn three_nodes_agree_on_one_leader_and_down_leaves_no_process() {
+    init_tracing();
+    tracing::info!("phase 1: cluster up with three nodes");
+    let mut cluster = Cluster::up(3);
+    let pids: Vec<i32> = (1..=3).map(|i| cluster.pid(i)).collect();
+    assert!(pids.iter().all(|p| alive(*p)), "every node process runs");
+    assert!(
+        (1..=3).all(|i| cluster.ready(i)),
+        "every node is ready after up"
+    );
+
+    tracing::info!("phase 2: every node reports the same leader and term");
+    let (leader, term) = cluster.agreed_leader(&[1, 2, 3]);
+    assert!(term >= 1);
+    for i in 1..=3 {
+        let v = cluster.view(i).expect("view");
+        assert_eq!(v.roles.len(), 3, "three members on n{i}");
+        let leaders: Vec<_> = v.roles.iter().filter(|(_, r)| r == "leader").collect();
+        assert_eq!(leaders.len(), 1, "one leader role on n{i}: {:?}", v.roles);
+        assert_eq!(leaders[0].0, leader);
+        assert!(
+            v.roles
+                .iter()
+                .all(|(_, r)| r == "leader" || r == "follower"),
+            "{:?}",
+            v.roles
+        );
+    }
+    for i in 1..=3 {
+        let v = cluster.view(i).expect("view");
+        for (member, tiers) in &v.tiers {
+            assert_eq!(tiers, &["host", "disk"], "n{i} shows {member}'s tiers");
+        }
+    }
+    cluster.wait_for("every member healthy on every node", || {
+        (1..=3)
+            .all(|i| {
+                cluster
+                    .view(i)
+                    .is_some_and(|v| v.healthy.iter().all(|(_, h)| *h))
+            })
+            .then_some(())
+    });
+
+    tracing::info!("phase 3: cluster down stops every process");
+    let (ok, out) = cluster.down();
+    assert!(ok, "cluster down failed: {out}");
+    assert!(out.contains("stopped 3 node(s)"), "{out}");
+    for p in &pids {
+        assert!(!alive(*p), "pid {p} still runs after down");
+    }
+    assert!((1..=3).all(|i| !cluster.path().join(format!("node{i}.pid")).exists()));
+
+    tracing::info!("phase 4: down again finds nothing to stop and succeeds");
+    let (ok, out) = cluster.down();
+    assert!(ok, "{out}");
+    assert!(out.contains("stopped 0 node(s)"), "{out}");
+}
