@@ -6,10 +6,19 @@
 //! the peer may send ahead of reads (`quic.connection_receive_window_bytes`). A server holds
 //! per connection at most `quic.send_window_bytes` of unacknowledged data plus references to
 //! the blocks of at most `serve_streams_max` streams (shared with the source, not copied).
+//! The UCX transport's client holds `ucx.recv_chunk_bytes × ucx.recv_chunks_posted` of receive
+//! buffers per connection; its server, per connection, references to the blocks of at most
+//! `serve_streams_max` requests ([`UcxTuning`]).
+
+mod ucx;
 
 use std::time::Duration;
 
 use crate::error::TransportError;
+
+pub use ucx::{
+    UcxTuning, RECV_CHUNKS_POSTED_MAX, RECV_CHUNK_BYTES_MAX, RECV_CHUNK_BYTES_MIN, UCX_SETTINGS_MAX,
+};
 
 /// Hard ceiling on `max_frame_bytes`: far above any block, far below `usize::MAX` on 64-bit.
 pub const FRAME_BYTES_CEILING: u64 = 1 << 30;
@@ -41,6 +50,8 @@ pub struct TransportConfig {
     pub keep_alive_ms: u64,
     /// QUIC-specific tuning.
     pub quic: QuicTuning,
+    /// UCX-specific tuning (used only by the `ucx` feature's transport).
+    pub ucx: UcxTuning,
 }
 
 /// QUIC knobs that decide throughput (see the crate docs for what mattered and why).
@@ -103,6 +114,7 @@ impl Default for TransportConfig {
             idle_timeout_ms: 30_000,
             keep_alive_ms: 10_000,
             quic: QuicTuning::default(),
+            ucx: UcxTuning::default(),
         }
     }
 }
@@ -219,7 +231,7 @@ impl TransportConfig {
                 format!("expected 1..=4 GiB, found {}", q.send_window_bytes),
             );
         }
-        Ok(())
+        self.ucx.validate()
     }
 
     /// `fetch_timeout_ms` as a duration.

@@ -1,8 +1,8 @@
 //! [`TransportError`]: the one error type at this crate's boundary.
 //!
 //! Every variant says what was expected and what was found, and names the peer when there is
-//! one. Variants are grouped by who is at fault: our config, the peer's bytes, the network, or
-//! the local files the certificates live in.
+//! one. Variants are grouped by who is at fault: our config, the peer's bytes, the network, the
+//! local fabric (UCX, RDMA), or the local files the certificates live in.
 
 use std::path::PathBuf;
 
@@ -131,6 +131,26 @@ pub enum TransportError {
     /// This transport was closed.
     #[error("transport closed")]
     Closed,
+    /// The fabric a transport needs is not present on this machine (no RDMA device, no UCX
+    /// transport that can run); `reason` names what is missing. Returned at construction,
+    /// never after: a transport that exists can move bytes.
+    #[error("{fabric} unavailable: {reason}")]
+    FabricUnavailable {
+        /// `"UCX"` or `"RDMA"`.
+        fabric: &'static str,
+        /// What is missing, and how that was found out.
+        reason: String,
+    },
+    /// A local call into the fabric library failed (not the peer's doing).
+    #[error("{fabric}: `{call}` failed: {reason}")]
+    Fabric {
+        /// `"UCX"` or `"RDMA"`.
+        fabric: &'static str,
+        /// The library function.
+        call: &'static str,
+        /// The library's status, as text.
+        reason: String,
+    },
     /// Certificate or key material that cannot be generated, parsed or used.
     #[error("certificates: {path}: {reason}")]
     Certs {

@@ -4,8 +4,10 @@
 //! owners; serve from a [`BlockSource`]) and its conformance suite ([`conformance`]); the
 //! wire frame ([`frame`], sans-IO, fuzzed); streaming verification on receipt ([`receive`]);
 //! the QUIC implementation ([`quic`]: quinn, mutual TLS with a cluster CA from [`certs`]);
-//! the bounds ([`TransportConfig`]) and counters ([`TransportCounters`]) of one instance.
-//! UCX and RDMA verbs will implement the same trait behind features.
+//! the UCX implementation (`ucx` module, `ucx` feature: in-tree `ucx-sys` bindings, one
+//! progress thread per transport); RDMA verbs device discovery (`rdma` module, `rdma`
+//! feature: no data path yet, see below); the bounds ([`TransportConfig`]) and counters
+//! ([`TransportCounters`]) of one instance.
 //!
 //! Must never: hand out bytes that did not hash to the id asked for (only a
 //! [`VerifiedBlock`] leaves a fetch); install anything partial (a failed fetch drops its
@@ -19,6 +21,42 @@
 //! (header ‖ payload, as the store holds them, never re-encoded), or `NotFound` /
 //! `Unavailable`, and ends its side. The header carries the namespace key, so the receiver
 //! hashes under the right key; the byte table is in [`frame`].
+//!
+//! Over UCX the same headers and bytes travel on one UCP stream endpoint per peer, which has
+//! no per-message end: requests are pipelined on it and answered in request order, and the
+//! header's length frames each payload (the `ucx` module docs give the details).
+//!
+//! # Choosing and configuring a transport
+//!
+//! All three are built from a [`TransportConfig`], a listen address and a [`BlockSource`]
+//! (plus a [`NodeIdentity`] for QUIC, a node name for the others) and behave the same behind
+//! [`Transport`] (same frame, counters, typed errors, bounds and timeouts; the same
+//! [`conformance`] suite), so a node picks one from its config at run time and holds it as
+//! `Arc<dyn Transport>`.
+//!
+//! - **QUIC** ([`QuicTransport`], always built) is the default: it runs on any IP network,
+//!   authenticates and encrypts (mutual TLS under the cluster CA), and on loopback here it is
+//!   at least as fast as UCX over TCP (tables below). Tune it with [`QuicTuning`]
+//!   (`config.quic`).
+//! - **UCX** (`UcxTransport`, build with `--features ucx`; needs `libucx-dev` and
+//!   `libclang-dev`) is for fabrics UCX drives natively: set `config.ucx.tls` to `rc` (or
+//!   `rc,sm`, `dc`, …) on InfiniBand / RoCE, where UCX moves bytes with the NIC's verbs. The
+//!   default `tls = "tcp"` runs anywhere (that is what CI and the tests use, on 127.0.0.1)
+//!   but buys nothing over QUIC except the absence of TLS. UCX carries **no authentication
+//!   or encryption**: use it only on a trusted fabric (every block is still verified against
+//!   its id, so a peer can refuse service but cannot make a node accept wrong bytes). Other
+//!   UCX settings go in `config.ucx.settings` as `("NAME", "value")` without the `UCX_`
+//!   prefix; they are applied after `UCX_*` environment variables, so they win.
+//!   `config.ucx.recv_chunk_bytes` and `recv_chunks_posted` size the client's receives.
+//! - **RDMA verbs** (`rdma` module, build with `--features rdma`; needs `libibverbs-dev`,
+//!   `librdmacm-dev`, `libclang-dev`): device discovery only. `rdma::discover` lists
+//!   devices and ports, or fails naming what is missing (here: `ibv_get_device_list` returns
+//!   NULL, no `/sys/class/infiniband`). `RdmaTransport::bind` always fails with
+//!   [`TransportError::FabricUnavailable`]: without a device, that error; with devices, one
+//!   that lists them and says the verbs data path (RC queue pairs over rdma_cm, registered
+//!   memory, RDMA READ into a registered buffer) is not implemented. It has never run
+//!   against a device, so it claims nothing; on an RDMA fabric today use UCX with
+//!   `tls = "rc"`.
 //!
 //! # QUIC throughput on loopback: what mattered
 //!
@@ -65,6 +103,29 @@
 //! Where the CPU goes at the defaults (perf): server — AES-GCM seal, quinn copying stream data
 //! into packets, the kernel's copy from user; client — AES-GCM open, the kernel's copy to user,
 //! the one copy into the destination buffer, blake3 (~0.2 s/GB, i.e. ~4.8 GB/s).
+//!
+//! # UCX over TCP on loopback
+//!
+//! `cargo bench -p kvfabric-transport --features ucx --bench bench_transport`: the same
+//! blocks, processes and alternation as above, UCX 1.13 with `UCX_TLS=tcp`, one fetch in
+//! flight, 512 KiB receive chunks two deep (three runs; the QUIC and TCP rows of the same
+//! runs are in the ranges of the table above):
+//!
+//! | phase (ranges over runs) | GB/s | × TCP | CPU s/GB client + server |
+//! |---|---:|---:|---:|
+//! | (d) UCX fetch, verified | 1.19–1.41 | 0.37–0.40 | 0.96–1.10 (0.44–0.51 + 0.46–0.66) |
+//! | (du) UCX fetch, unverified | 1.34–1.90 | 0.42–0.54 | 0.69–0.77 |
+//! | (a) QUIC fetch, verified, same runs | 1.36–1.80 | 0.43–0.51 | 0.84–0.88 |
+//!
+//! Not measurably different (within the ±20% noise): receive chunks of 256 KiB × 4, 1 MiB
+//! and 2 MiB; 2 or 4 fetches in flight; UCX's TCP segment sizes (`TCP_TX_SEG_SIZE` /
+//! `TCP_RX_SEG_SIZE` 64 KiB to 1 MiB), 4 MiB socket buffers, `NET_DEVICES=lo`. One setting
+//! moved the server's CPU: `ZCOPY_THRESH=inf` (copy into UCX's segments rather than
+//! `sendmsg` from the block) took it from 0.55–0.71 to 0.33–0.49 s/GB, but throughput and
+//! total CPU stayed within the noise, so the defaults keep UCX's own choice; set it through
+//! `ucx.settings` where the server is the bottleneck. Where UCX's CPU goes was not broken
+//! down (perf on this VM sampled too sparsely to read). UCX's case is the RDMA-capable
+//! fabric, which this VM does not have, so no number here speaks for it.
 
 pub mod certs;
 pub mod config;
@@ -74,18 +135,26 @@ pub mod error;
 pub mod frame;
 pub mod peer;
 pub mod quic;
+#[cfg(feature = "rdma")]
+pub mod rdma;
 pub mod receive;
 pub mod source;
 pub mod transport;
+#[cfg(feature = "ucx")]
+pub mod ucx;
 
 pub use certs::{generate_cluster, ClusterCa, ClusterFiles, NodeIdentity};
-pub use config::{QuicTuning, TransportConfig};
+pub use config::{QuicTuning, TransportConfig, UcxTuning};
 pub use counters::{CountersSnapshot, TransportCounters};
 pub use error::TransportError;
 pub use frame::{FrameError, FrameHeader, FrameKind};
 pub use kvfabric_store::VerifiedBlock;
 pub use peer::PeerAddr;
 pub use quic::QuicTransport;
+#[cfg(feature = "rdma")]
+pub use rdma::RdmaTransport;
 pub use receive::{BlockReceiver, PayloadSink, ReceiveError};
 pub use source::{BlockSource, MemorySource, SourceLookup};
 pub use transport::{Fetched, Transport, TransportFuture};
+#[cfg(feature = "ucx")]
+pub use ucx::UcxTransport;

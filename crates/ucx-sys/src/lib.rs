@@ -20,6 +20,36 @@ include!(concat!(env!("OUT_DIR"), "/ucp.rs"));
 
 const ERR_LAST: usize = ucs_status_t::UCS_ERR_LAST.0 as isize as usize;
 
+/// `ucp_dt_make_contig(elem_size)`: the contiguous datatype of `elem_size`-byte elements
+/// (a C macro in `<ucp/api/ucp.h>`). `ucp_dt_make_contig(1)` is UCP's default for byte buffers.
+pub const fn ucp_dt_make_contig(elem_size: usize) -> ucp_datatype_t {
+    ((elem_size as ucp_datatype_t) << ucp_dt_type_UCP_DATATYPE_SHIFT)
+        | ucp_dt_type_UCP_DATATYPE_CONTIG as ucp_datatype_t
+}
+
+/// `ucp_init`: a `static inline` in the header, so bindgen emits nothing for it; it calls
+/// [`ucp_init_version`] with the API version these bindings were generated from.
+///
+/// # Safety
+///
+/// As for `ucp_init`: `params` and `config` (which may be null) must be valid for the call and
+/// `context_p` writable.
+pub unsafe fn ucp_init(
+    params: *const ucp_params_t,
+    config: *const ucp_config_t,
+    context_p: *mut ucp_context_h,
+) -> ucs_status_t {
+    ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, params, config, context_p)
+}
+
+/// The human-readable name of a status (`ucs_status_string`), owned.
+pub fn status_string(status: ucs_status_t) -> String {
+    // SAFETY: ucs_status_string returns a pointer to a static NUL-terminated string for any
+    // status value (unknown ones map to a generic message), never null.
+    let s = unsafe { std::ffi::CStr::from_ptr(ucs_status_string(status)) };
+    s.to_string_lossy().into_owned()
+}
+
 /// `UCS_PTR_IS_ERR`: a status pointer that encodes an error.
 pub fn ucs_ptr_is_err(ptr: ucs_status_ptr_t) -> bool {
     (ptr as usize) >= ERR_LAST
@@ -55,6 +85,19 @@ mod tests {
         let req = 0x1000 as ucs_status_ptr_t;
         assert!(ucs_ptr_is_ptr(req) && !ucs_ptr_is_err(req));
         assert_eq!(ucs_ptr_status(req), ucs_status_t::UCS_INPROGRESS);
+    }
+
+    #[test]
+    fn contig_datatype_matches_the_c_macro() {
+        // UCP_DATATYPE_SHIFT is 3 and UCP_DATATYPE_CONTIG 0 in every UCX release.
+        assert_eq!(ucp_dt_make_contig(1), 8);
+        assert_eq!(ucp_dt_make_contig(4), 32);
+    }
+
+    #[test]
+    fn status_strings_are_readable() {
+        assert_eq!(status_string(ucs_status_t::UCS_OK), "Success");
+        assert!(!status_string(ucs_status_t::UCS_ERR_UNREACHABLE).is_empty());
     }
 
     #[test]

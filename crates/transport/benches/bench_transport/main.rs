@@ -6,15 +6,18 @@
 //! phases over three repetitions and summing: (b) a plain TCP copy of the same bytes (tokio,
 //! no TLS) — the baseline; (a) QUIC fetch with verification; (c) QUIC fetch without
 //! verification (same receive path, a sink that copies but does not hash); (s) QUIC with
-//! quinn's stock MTU and window settings, verified; (d) UCX, where built. Each prints GB/s, its
-//! ratio to (b), and CPU seconds per GB (client + server process). The last line is
-//! `ratio quic_over_tcp <a / b>`.
+//! quinn's stock MTU and window settings, verified; (d) UCX fetch with verification and (du)
+//! without, where built (`--features ucx`; UCX over TCP on loopback unless `--ucx-tls` says
+//! otherwise). Each prints GB/s, its ratio to (b), and CPU seconds per GB (client + server
+//! process). The last lines are `ratio quic_over_tcp <a / b>` and, with UCX,
+//! `ratio ucx_over_tcp <d / b>`.
 //!
 //! Options (forwarded to the server process): `--blocks N` distinct blocks (16), `--rounds R`
 //! fetches of each per repetition (20), `--inflight K` fetches in flight (1), `--workers N`
 //! and `--server-workers N` tokio threads per process (1 each: two processes, two cores),
 //! `--mtu`, `--max-udp`, `--stream-window`, `--conn-window`, `--send-window`,
-//! `--socket-buffer` (bytes), `--no-mtud`, `--gso`, `--fair`, `--skip-stock`. With
+//! `--socket-buffer` (bytes), `--no-mtud`, `--gso`, `--fair`, `--skip-stock`; for UCX
+//! `--ucx-tls TLS`, `--ucx-chunk BYTES`, `--ucx-posted N`, `--ucx-set NAME=VALUE`. With
 //! `BENCH_STATS=1` it also prints quinn's path statistics of both client connections.
 
 mod cpu;
@@ -30,7 +33,7 @@ use anyhow::{bail, Context};
 use kvfabric_store::{BlockId, NamespaceKey};
 use kvfabric_transport::{
     generate_cluster, BlockReceiver, MemorySource, NodeIdentity, PayloadSink, PeerAddr,
-    QuicTransport, ReceiveError, Transport,
+    QuicTransport, ReceiveError, Transport, TransportError,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
@@ -118,27 +121,26 @@ async fn tcp_phase(stream: &mut tokio::net::TcpStream, count: usize) -> anyhow::
 }
 
 /// Fetches `ids` round-robin `count` times with at most `inflight` in flight, dropping each
-/// block as it completes.
-async fn quic_phase<S, F>(
-    client: &QuicTransport,
-    peer: &PeerAddr,
+/// block as it completes; `fetch` starts one fetch of `id` into a sink.
+async fn phase<S, F, Fut>(
     ids: &[BlockId],
     count: usize,
     inflight: usize,
-    sink: F,
+    sink: impl Fn(BlockId) -> S,
+    fetch: F,
 ) -> anyhow::Result<u64>
 where
     S: PayloadSink + 'static,
     S::Output: AsRef<[u8]> + 'static,
-    F: Fn(BlockId) -> S,
+    F: Fn(BlockId, S) -> Fut,
+    Fut: std::future::Future<Output = Result<S::Output, TransportError>> + Send + 'static,
 {
     let mut tasks = JoinSet::new();
     let (mut next, mut total) = (0usize, 0u64);
     loop {
         while next < count && tasks.len() < inflight {
-            let (c, p, id) = (client.clone(), peer.clone(), ids[next % ids.len()]);
-            let s = sink(id);
-            tasks.spawn(async move { c.fetch_into(&p, ns(), id, s).await });
+            let id = ids[next % ids.len()];
+            tasks.spawn(fetch(id, sink(id)));
             next += 1;
         }
         match tasks.join_next().await {
@@ -146,6 +148,47 @@ where
             None => return Ok(total),
         }
     }
+}
+
+/// [`phase`] over QUIC.
+async fn quic_phase<S>(
+    client: &QuicTransport,
+    peer: &PeerAddr,
+    ids: &[BlockId],
+    count: usize,
+    inflight: usize,
+    sink: impl Fn(BlockId) -> S,
+) -> anyhow::Result<u64>
+where
+    S: PayloadSink + 'static,
+    S::Output: AsRef<[u8]> + 'static,
+{
+    phase(ids, count, inflight, sink, |id, s| {
+        let (c, p) = (client.clone(), peer.clone());
+        async move { c.fetch_into(&p, ns(), id, s).await }
+    })
+    .await
+}
+
+/// [`phase`] over UCX.
+#[cfg(feature = "ucx")]
+async fn ucx_phase<S>(
+    client: &kvfabric_transport::UcxTransport,
+    peer: &PeerAddr,
+    ids: &[BlockId],
+    count: usize,
+    inflight: usize,
+    sink: impl Fn(BlockId) -> S,
+) -> anyhow::Result<u64>
+where
+    S: PayloadSink + 'static,
+    S::Output: AsRef<[u8]> + 'static,
+{
+    phase(ids, count, inflight, sink, |id, s| {
+        let (c, p) = (client.clone(), peer.clone());
+        async move { c.fetch_into(&p, ns(), id, s).await }
+    })
+    .await
 }
 
 struct Verified(kvfabric_store::VerifiedBlock);
@@ -171,7 +214,7 @@ impl PayloadSink for Verifying {
 fn spawn_server(
     dir: &std::path::Path,
     opts: &Opts,
-) -> anyhow::Result<(Child, Vec<BlockId>, [String; 3])> {
+) -> anyhow::Result<(Child, Vec<BlockId>, [String; 4])> {
     let mut child = Command::new(std::env::current_exe()?)
         .arg("--serve")
         .arg(dir)
@@ -187,8 +230,9 @@ fn spawn_server(
         let parts: Vec<&str> = line.split_whitespace().collect();
         match parts.as_slice() {
             ["id", hex] => ids.push(BlockId::from_hex(hex)?),
-            ["ready", a, b, c] => {
-                return Ok((child, ids, [a.to_string(), b.to_string(), c.to_string()]))
+            ["ready", a, b, c, d] => {
+                let addrs = [a, b, c, d].map(|s| s.to_string());
+                return Ok((child, ids, addrs));
             }
             _ => bail!("unexpected line from the server: {line}"),
         }
@@ -206,13 +250,14 @@ fn main() -> anyhow::Result<()> {
     opts.tuned().validate()?;
     let dir = tempfile::tempdir()?;
     generate_cluster(dir.path(), 2)?;
-    let (mut child, ids, [quic_tuned, quic_stock, tcp_addr]) = spawn_server(dir.path(), &opts)?;
+    let (mut child, ids, [quic_tuned, quic_stock, tcp_addr, ucx_addr]) =
+        spawn_server(dir.path(), &opts)?;
     let result = runtime()?.block_on(bench(
         &opts,
         dir.path(),
         child.id(),
         &ids,
-        [&quic_tuned, &quic_stock, &tcp_addr],
+        [&quic_tuned, &quic_stock, &tcp_addr, &ucx_addr],
     ));
     drop(child.stdin.take());
     child.wait()?;
@@ -224,7 +269,7 @@ async fn bench(
     dir: &std::path::Path,
     server_pid: u32,
     ids: &[BlockId],
-    addrs: [&String; 3],
+    addrs: [&String; 4],
 ) -> anyhow::Result<()> {
     let identity = NodeIdentity::load_from_dir(dir, "node2")?;
     let lo = "127.0.0.1:0".parse()?;
@@ -233,6 +278,16 @@ async fn bench(
     let stock = QuicTransport::bind(opts.stock(), &identity, lo, empty).await?;
     let tuned_peer = PeerAddr::new("node1", addrs[0].parse()?);
     let stock_peer = PeerAddr::new("node1", addrs[1].parse()?);
+    #[cfg(feature = "ucx")]
+    let ucx = kvfabric_transport::UcxTransport::bind(
+        opts.tuned(),
+        "node2",
+        lo,
+        Arc::new(MemorySource::new()),
+    )
+    .await?;
+    #[cfg(feature = "ucx")]
+    let ucx_peer = PeerAddr::new("node1", addrs[3].parse()?);
     let mut tcp = tokio::net::TcpStream::connect(addrs[2].as_str()).await?;
     tcp.set_nodelay(true)?;
     let count = opts.blocks * opts.rounds;
@@ -244,6 +299,12 @@ async fn bench(
         opts.inflight
     );
     println!("tuned: {:?}", opts.tuning);
+    #[cfg(feature = "ucx")]
+    println!(
+        "ucx: libucx {:?}, {:?}",
+        kvfabric_transport::ucx::ucx_version(),
+        opts.ucx
+    );
 
     // Warm-up: connections, MTU discovery, allocator.
     tcp_phase(&mut tcp, opts.blocks).await?;
@@ -257,6 +318,11 @@ async fn bench(
         })
         .await?;
     }
+    #[cfg(feature = "ucx")]
+    ucx_phase(&ucx, &ucx_peer, ids, opts.blocks, opts.inflight, |id| {
+        Verifying(BlockReceiver::new(ns(), id))
+    })
+    .await?;
 
     let (mut b, mut a, mut c, mut s) = (
         Tally::default(),
@@ -264,6 +330,8 @@ async fn bench(
         Tally::default(),
         Tally::default(),
     );
+    #[cfg(feature = "ucx")]
+    let (mut d, mut du) = (Tally::default(), Tally::default());
     for _ in 0..REPETITIONS {
         measure(server_pid, &mut b, tcp_phase(&mut tcp, count)).await?;
         measure(
@@ -282,6 +350,25 @@ async fn bench(
             }),
         )
         .await?;
+        #[cfg(feature = "ucx")]
+        {
+            measure(
+                server_pid,
+                &mut d,
+                ucx_phase(&ucx, &ucx_peer, ids, count, opts.inflight, |id| {
+                    Verifying(BlockReceiver::new(ns(), id))
+                }),
+            )
+            .await?;
+            measure(
+                server_pid,
+                &mut du,
+                ucx_phase(&ucx, &ucx_peer, ids, count, opts.inflight, |_| {
+                    CopySink(Vec::new())
+                }),
+            )
+            .await?;
+        }
         if !opts.skip_stock {
             // Stock settings are slow; a third of the bytes gives the same precision.
             let n = (count / 3).max(1);
@@ -321,10 +408,18 @@ async fn bench(
     if !opts.skip_stock {
         row("(s) quic stock settings, verified", &s);
     }
-    println!(
-        "{:<40} not built (the `ucx` feature does not exist yet)",
-        "(d) ucx"
-    );
+    #[cfg(feature = "ucx")]
+    {
+        let counters = ucx.counters();
+        anyhow::ensure!(
+            counters.verify_failures == 0 && counters.fetches_failed == 0,
+            "UCX fetch errors: {counters:?}"
+        );
+        row("(d) ucx fetch, verified", &d);
+        row("(du) ucx fetch, unverified", &du);
+    }
+    #[cfg(not(feature = "ucx"))]
+    println!("{:<40} not built (bench with `--features ucx`)", "(d) ucx");
     if std::env::var_os("BENCH_STATS").is_some() {
         println!(
             "tuned path: {:?}",
@@ -358,6 +453,11 @@ async fn bench(
     tuned.close().await;
     stock.close().await;
     println!("ratio quic_over_tcp {:.3}", a.gbps() / b.gbps());
+    #[cfg(feature = "ucx")]
+    {
+        ucx.close().await;
+        println!("ratio ucx_over_tcp {:.3}", d.gbps() / b.gbps());
+    }
     Ok(())
 }
 

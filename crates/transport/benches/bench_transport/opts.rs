@@ -1,6 +1,6 @@
 //! Command-line knobs shared by the bench's two processes (the parent forwards its own).
 
-use kvfabric_transport::{QuicTuning, TransportConfig};
+use kvfabric_transport::{QuicTuning, TransportConfig, UcxTuning};
 
 /// What one run measures, and the QUIC settings under test.
 #[derive(Debug, Clone)]
@@ -15,6 +15,9 @@ pub(crate) struct Opts {
     pub(crate) tuning: QuicTuning,
     /// Skip the (slow) stock-settings phase.
     pub(crate) skip_stock: bool,
+    /// UCX settings under test (phase (d), with the `ucx` feature).
+    #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
+    pub(crate) ucx: UcxTuning,
     /// Args as given, to forward to the child.
     pub(crate) raw: Vec<String>,
 }
@@ -27,6 +30,7 @@ impl Opts {
             inflight: 1,
             tuning: QuicTuning::default(),
             skip_stock: false,
+            ucx: UcxTuning::default(),
             raw: Vec::new(),
         };
         let mut it = args.iter().peekable();
@@ -63,6 +67,22 @@ impl Opts {
                     o.tuning.send_fairness = true;
                     o.raw.push(a.clone());
                 }
+                "--ucx-chunk" => o.ucx.recv_chunk_bytes = value(a)? as usize,
+                "--ucx-posted" => o.ucx.recv_chunks_posted = value(a)? as usize,
+                "--ucx-tls" | "--ucx-set" => {
+                    let v = it
+                        .next()
+                        .ok_or_else(|| anyhow::anyhow!("{a} needs a value"))?;
+                    o.raw.extend([a.clone(), v.clone()]);
+                    if a == "--ucx-tls" {
+                        o.ucx.tls = v.clone();
+                    } else {
+                        let (name, val) = v
+                            .split_once('=')
+                            .ok_or_else(|| anyhow::anyhow!("--ucx-set NAME=VALUE, found {v}"))?;
+                        o.ucx.settings.push((name.to_string(), val.to_string()));
+                    }
+                }
                 "--skip-stock" => {
                     o.skip_stock = true;
                     o.raw.push(a.clone());
@@ -79,6 +99,7 @@ impl Opts {
         TransportConfig {
             fetches_in_flight_max: self.inflight,
             quic: self.tuning.clone(),
+            ucx: self.ucx.clone(),
             ..TransportConfig::default()
         }
     }

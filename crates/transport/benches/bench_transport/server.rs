@@ -1,7 +1,9 @@
-//! The bench's second process: serves the blocks over QUIC (tuned and stock) and plain TCP.
+//! The bench's second process: serves the blocks over QUIC (tuned and stock), plain TCP, and
+//! UCX where built (`ucx` feature).
 //!
-//! Prints `id HEX` per block, then `ready QUIC_TUNED QUIC_STOCK TCP`, then serves until its
-//! standard input closes (the parent exiting or dropping the pipe ends it).
+//! Prints `id HEX` per block, then `ready QUIC_TUNED QUIC_STOCK TCP UCX` (UCX is `-` when not
+//! built), then serves until its standard input closes (the parent exiting or dropping the
+//! pipe ends it).
 
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -56,7 +58,14 @@ pub(crate) fn run(dir: &Path, opts: &Opts) -> anyhow::Result<()> {
         let identity = NodeIdentity::load_from_dir(dir, "node1")?;
         let lo = "127.0.0.1:0".parse()?;
         let tuned = QuicTransport::bind(opts.tuned(), &identity, lo, source.clone()).await?;
-        let stock = QuicTransport::bind(opts.stock(), &identity, lo, source).await?;
+        let stock = QuicTransport::bind(opts.stock(), &identity, lo, source.clone()).await?;
+        #[cfg(feature = "ucx")]
+        let ucx = kvfabric_transport::UcxTransport::bind(opts.tuned(), "node1", lo, source.clone())
+            .await?;
+        #[cfg(feature = "ucx")]
+        let ucx_addr = ucx.local_addr().to_string();
+        #[cfg(not(feature = "ucx"))]
+        let ucx_addr = "-".to_string();
         let tcp = TcpListener::bind("127.0.0.1:0").await?;
         let raw: Arc<Vec<Bytes>> = Arc::new(
             blocks
@@ -66,7 +75,7 @@ pub(crate) fn run(dir: &Path, opts: &Opts) -> anyhow::Result<()> {
         );
         writeln!(
             out,
-            "ready {} {} {}",
+            "ready {} {} {} {ucx_addr}",
             tuned.local_addr(),
             stock.local_addr(),
             tcp.local_addr()?
@@ -85,6 +94,8 @@ pub(crate) fn run(dir: &Path, opts: &Opts) -> anyhow::Result<()> {
         })
         .await?;
         drop((tuned, stock));
+        #[cfg(feature = "ucx")]
+        drop(ucx);
         Ok(())
     })
 }

@@ -1,0 +1,329 @@
+//! [`UcxTransport`]: blocks over UCX (`ucx` feature), through the in-tree `ucx-sys` bindings to
+//! the system's libucx; on TCP by default (`UCX_TLS=tcp`, runs anywhere, loopback included),
+//! on InfiniBand / RoCE with `ucx.tls = "rc"` where the fabric has it.
+//!
+//! Same semantics as [`crate::QuicTransport`]: the same [`crate::frame`] header, the same
+//! [`BlockSource`], the same counters, typed errors, bounds and timeouts, and the same
+//! conformance suite. What differs is below the frame:
+//!
+//! - **Progress thread.** UCX objects are not thread-safe in single-thread mode, so one
+//!   dedicated thread per transport owns the UCP context, worker, listener and endpoints
+//!   (`progress`). The async side talks to it through a `mailbox` (a channel plus an
+//!   eventfd); it sleeps in `poll` on the worker's event fd and that eventfd after
+//!   `ucp_worker_arm`, so it never spins idle.
+//! - **Protocol.** One UCP stream endpoint per peer, requests pipelined on it and answered in
+//!   order (`proto`); the client reads each response header, then its payload in chunks of
+//!   `ucx.recv_chunk_bytes`, `ucx.recv_chunks_posted` receives deep, pushing every completed
+//!   chunk to the verifying [`BlockReceiver`] while the next is already posted (`client`);
+//!   the server looks blocks up on tokio and sends the source's `Bytes` as they are
+//!   (`server`).
+//! - **Memory safety at the FFI boundary.** Every buffer UCX may touch is owned by its
+//!   operation's heap context until UCX's callback hands it back (`ops`); a fetch that times
+//!   out (or is dropped) closes its endpoint (responses are FIFO: one cannot be skipped),
+//!   which cancels the receives, whose buffers then come back and are dropped — never freed
+//!   under UCX. Other fetches on that endpoint fail with `ConnectionLost`.
+//! - **Ordering at wire-up.** UCX 1.13 over TCP was seen delivering two stream sends posted
+//!   while a client-server endpoint was still wiring up in the wrong order; an endpoint
+//!   therefore holds its sends until its first one has completed (`endpoint`).
+//! - **Failures.** UCX's error handler (peer error mode) reports a dead or reset peer at once;
+//!   pending fetches end with `ConnectionLost` (the reason says how many payload bytes had
+//!   arrived), or `Connect` if the endpoint never connected. A stream has no per-message end,
+//!   so a sender that stops short and one that dies look the same: a lost connection, never a
+//!   block.
+//!
+//! Limits, stated plainly:
+//! - **No TLS.** UCX carries no authentication or encryption: use it only on a trusted fabric.
+//!   Every block is still verified against its id, so a peer can refuse service but cannot
+//!   make this side accept wrong bytes. The [`PeerAddr`] name is a label here, not checked.
+//! - **UCX buffers what arrives unasked.** The transport bounds what it asks for (requests by
+//!   slots, payloads by `max_frame_bytes`), but the UCP stream API keeps bytes that arrive
+//!   before a receive is posted in UCX's own buffers; a peer that floods an endpoint costs
+//!   memory until the endpoint closes. Another reason for a trusted fabric.
+//! - **One thread does the receiving.** Chunks are copied and hashed on the progress thread,
+//!   which also drives every other endpoint of the transport.
+//!
+//! Submodules: `context` (config and init), `worker` (worker, events, waker), `endpoint`,
+//! `listener` and `ops` (UCP objects, operations, callbacks), `proto` (sans-IO protocol),
+//! `receipt`, `mailbox`, `client`, `server`, `progress`, and [`raw`] (misbehaving peers for
+//! the fault tests).
+
+mod client;
+mod context;
+mod endpoint;
+mod listener;
+mod mailbox;
+mod ops;
+mod progress;
+mod proto;
+pub mod raw;
+mod receipt;
+mod server;
+mod worker;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kvfabric_store::{BlockId, NamespaceKey, VerifiedBlock};
+use tokio::sync::{oneshot, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::config::TransportConfig;
+use crate::counters::{CountersSnapshot, TransportCounters};
+use crate::error::TransportError;
+use crate::frame::FrameHeader;
+use crate::peer::PeerAddr;
+use crate::receive::{BlockReceiver, PayloadSink};
+use crate::source::BlockSource;
+use crate::transport::{Transport, TransportFuture};
+
+use mailbox::{Command, Mailbox};
+use receipt::Typed;
+
+/// The UCX transport; cheap to clone (all clones share one progress thread).
+#[derive(Clone)]
+pub struct UcxTransport {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    mailbox: Mailbox,
+    local: PeerAddr,
+    config: TransportConfig,
+    counters: Arc<TransportCounters>,
+    fetch_slots: Semaphore,
+    next_token: AtomicU64,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The thread releases everything on its own; nobody waits for it here.
+        let _ = self.mailbox.send(Command::Shutdown { done: None });
+    }
+}
+
+/// Gives a fetch slot's count back however the fetch ends (including cancellation).
+struct InFlight<'a>(&'a TransportCounters);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_ended();
+    }
+}
+
+/// Tells the progress thread a fetch gave up, unless it finished: a timed-out or dropped fetch
+/// must not leave its connection receiving into its buffers.
+struct Pending<'a> {
+    mailbox: &'a Mailbox,
+    token: u64,
+    finished: bool,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = self.mailbox.send(Command::Abandon { token: self.token });
+        }
+    }
+}
+
+impl UcxTransport {
+    /// Starts the progress thread, listens on `listen` (port 0: any free port) and serves
+    /// `source`; fetches use the same worker. `name` labels this node in [`PeerAddr`]s (UCX
+    /// has no certificates to check it against). Must run inside a tokio runtime: the
+    /// server's lookups run on it.
+    pub async fn bind(
+        config: TransportConfig,
+        name: impl Into<String>,
+        listen: SocketAddr,
+        source: Arc<dyn BlockSource>,
+    ) -> Result<UcxTransport, TransportError> {
+        config.validate()?;
+        let name = name.into();
+        let counters = Arc::new(TransportCounters::default());
+        let spec = progress::Spec {
+            config: config.clone(),
+            listen,
+            source,
+            runtime: tokio::runtime::Handle::current(),
+            counters: counters.clone(),
+        };
+        let (mailbox, started) = progress::start(spec, &name)?;
+        let started = started.await.map_err(|_| TransportError::Closed)??;
+        tracing::info!(
+            node = %name,
+            addr = %started.addr,
+            tls = %config.ucx.tls,
+            "UCX transport listening"
+        );
+        Ok(UcxTransport {
+            inner: Arc::new(Inner {
+                mailbox,
+                local: PeerAddr::new(name, started.addr),
+                fetch_slots: Semaphore::new(config.fetches_in_flight_max),
+                config,
+                counters,
+                next_token: AtomicU64::new(1),
+            }),
+        })
+    }
+
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.inner.local.addr
+    }
+
+    /// Fetches one block from `peer` into any [`PayloadSink`] (fed on the progress thread).
+    /// [`Transport::fetch`] is this with the verifying [`BlockReceiver`].
+    pub async fn fetch_into<S>(
+        &self,
+        peer: &PeerAddr,
+        namespace: NamespaceKey,
+        id: BlockId,
+        sink: S,
+    ) -> Result<S::Output, TransportError>
+    where
+        S: PayloadSink + 'static,
+        S::Output: 'static,
+    {
+        let inner = &self.inner;
+        let attempt = async {
+            let _permit = inner
+                .fetch_slots
+                .acquire()
+                .await
+                .map_err(|_| TransportError::Closed)?;
+            inner.counters.fetch_started();
+            let _in_flight = InFlight(&inner.counters);
+            let (reply, outcome) = oneshot::channel();
+            let token = inner.next_token.fetch_add(1, Ordering::Relaxed);
+            let command = Command::Fetch {
+                token,
+                peer: peer.clone(),
+                request: FrameHeader::fetch(namespace, id),
+                receipt: Box::new(Typed::new(sink, reply)),
+            };
+            inner.mailbox.send(command)?;
+            let mut pending = Pending {
+                mailbox: &inner.mailbox,
+                token,
+                finished: false,
+            };
+            // The thread always answers, or drops the receipt when it exits (then: closed).
+            let result = outcome.await.map_err(|_| TransportError::Closed);
+            pending.finished = true;
+            result?
+        };
+        let result = match tokio::time::timeout(inner.config.fetch_timeout(), attempt).await {
+            Ok(r) => r,
+            Err(_) => {
+                inner.counters.timeouts();
+                Err(TransportError::Timeout {
+                    peer: peer.clone(),
+                    what: "fetch",
+                    after_ms: inner.config.fetch_timeout_ms,
+                })
+            }
+        };
+        match &result {
+            Ok(_) => inner.counters.fetches_ok(),
+            Err(_) => inner.counters.fetches_failed(),
+        }
+        result
+    }
+
+    /// Fetches `ids` from `peer`, at most `fetches_in_flight_max` at a time (pipelined on the
+    /// peer's one endpoint); results in the order of `ids`.
+    pub async fn fetch_many_into<S, F>(
+        &self,
+        peer: &PeerAddr,
+        namespace: NamespaceKey,
+        ids: &[BlockId],
+        make_sink: F,
+    ) -> Vec<Result<S::Output, TransportError>>
+    where
+        S: PayloadSink + 'static,
+        S::Output: 'static,
+        F: Fn(BlockId) -> S,
+    {
+        let width = self.inner.config.fetches_in_flight_max;
+        let mut tasks = JoinSet::new();
+        let mut out: Vec<Option<Result<S::Output, TransportError>>> =
+            (0..ids.len()).map(|_| None).collect();
+        let mut next = 0;
+        loop {
+            while next < ids.len() && tasks.len() < width {
+                let (this, peer, id) = (self.clone(), peer.clone(), ids[next]);
+                let (i, sink) = (next, make_sink(id));
+                tasks.spawn(async move { (i, this.fetch_into(&peer, namespace, id, sink).await) });
+                next += 1;
+            }
+            match tasks.join_next().await {
+                Some(Ok((i, r))) => out[i] = Some(r),
+                // A panicking fetch task is a bug; re-raise it rather than hide it.
+                Some(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Some(Err(_)) => {}
+                None => break,
+            }
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or(Err(TransportError::Closed)))
+            .collect()
+    }
+}
+
+impl Transport for UcxTransport {
+    fn fetch<'a>(
+        &'a self,
+        peer: &'a PeerAddr,
+        namespace: NamespaceKey,
+        id: BlockId,
+    ) -> TransportFuture<'a, Result<VerifiedBlock, TransportError>> {
+        Box::pin(self.fetch_into(peer, namespace, id, BlockReceiver::new(namespace, id)))
+    }
+
+    fn fetch_many<'a>(
+        &'a self,
+        peer: &'a PeerAddr,
+        namespace: NamespaceKey,
+        ids: &'a [BlockId],
+    ) -> TransportFuture<'a, Vec<Result<VerifiedBlock, TransportError>>> {
+        Box::pin(self.fetch_many_into(peer, namespace, ids, move |id| {
+            BlockReceiver::new(namespace, id)
+        }))
+    }
+
+    fn local_peer(&self) -> PeerAddr {
+        self.inner.local.clone()
+    }
+
+    fn counters(&self) -> CountersSnapshot {
+        self.inner.counters.snapshot()
+    }
+
+    fn close(&self) -> TransportFuture<'_, ()> {
+        Box::pin(async move {
+            self.inner.fetch_slots.close();
+            let (done, closed) = oneshot::channel();
+            if self
+                .inner
+                .mailbox
+                .send(Command::Shutdown { done: Some(done) })
+                .is_ok()
+            {
+                // Bounded: the thread gives up waiting on UCX after CLOSE_WAIT_MS_MAX.
+                let wait = Duration::from_millis(2 * progress::CLOSE_WAIT_MS_MAX);
+                let _ = tokio::time::timeout(wait, closed).await;
+            }
+        })
+    }
+}
+
+/// `(major, minor, release)` of the libucx this process linked (for logs and the bench).
+pub fn ucx_version() -> (u32, u32, u32) {
+    let (mut major, mut minor, mut release) = (0u32, 0u32, 0u32);
+    // SAFETY: writes three integers through valid pointers; no other precondition.
+    unsafe { ucx_sys::ucp_get_version(&mut major, &mut minor, &mut release) };
+    (major, minor, release)
+}

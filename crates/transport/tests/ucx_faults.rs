@@ -1,0 +1,463 @@
+//! Faults over UCX (TCP on 127.0.0.1), mirroring the QUIC fault tests where they apply: a
+//! lying peer, a peer that dies mid-transfer, broken requests (to a server) and broken
+//! responses (to a client), a partial request, a cancelled fetch. UCX streams have no
+//! per-message end, so "the sender ended short" is indistinguishable from "the sender died":
+//! both are lost connections here, never installed blocks.
+
+#![cfg(feature = "ucx")]
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kvfabric_store::{BlockId, NamespaceKey, VerifiedBlock};
+use kvfabric_transport::conformance::sources::{test_block, FlippingSource};
+use kvfabric_transport::conformance::{eventually, suite_config};
+use kvfabric_transport::frame::{FrameHeader, FrameKind, FRAME_HEADER_LEN};
+use kvfabric_transport::source::SourceFuture;
+use kvfabric_transport::ucx::raw::{RawClient, RawReply, RawServer};
+use kvfabric_transport::{
+    BlockSource, FrameError, MemorySource, SourceLookup, Transport, TransportConfig,
+    TransportError, UcxTransport,
+};
+
+/// A DeepSeek-V3 BF16 block: 61 × 64 × (512 + 64) × 2 payload bytes.
+const V3_PAYLOAD_BYTES: usize = 4_497_408;
+/// Generous bound on anything that should be prompt (a loaded 2-core VM is slow).
+const PROMPT: Duration = Duration::from_secs(5);
+
+static NEXT: AtomicU32 = AtomicU32::new(1);
+
+fn ns() -> NamespaceKey {
+    NamespaceKey::derive("ucx-faults")
+}
+
+fn lo() -> SocketAddr {
+    "127.0.0.1:0".parse().expect("loopback")
+}
+
+async fn transport(config: TransportConfig, source: Arc<dyn BlockSource>) -> UcxTransport {
+    let name = format!("node{}", NEXT.fetch_add(1, Ordering::Relaxed));
+    UcxTransport::bind(config, name, lo(), source)
+        .await
+        .expect("UCX transport")
+}
+
+async fn serving(blocks: &[&VerifiedBlock]) -> UcxTransport {
+    let source = MemorySource::new();
+    for b in blocks {
+        source.insert((*b).clone());
+    }
+    transport(suite_config(), Arc::new(source)).await
+}
+
+async fn client(config: TransportConfig) -> UcxTransport {
+    transport(config, Arc::new(MemorySource::new())).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_flipped_byte_is_rejected_counted_and_the_next_owner_serves() {
+    let block = test_block(ns(), V3_PAYLOAD_BYTES, 1);
+    let lying = MemorySource::new();
+    lying.insert(block.clone());
+    let liar = transport(
+        suite_config(),
+        Arc::new(FlippingSource::new(lying, V3_PAYLOAD_BYTES / 2)),
+    )
+    .await;
+    let honest = serving(&[&block]).await;
+    let c = client(suite_config()).await;
+
+    let owners = [liar.local_peer(), honest.local_peer()];
+    let fetched = c
+        .fetch_from_owners(&owners, ns(), block.id())
+        .await
+        .expect("second owner");
+    assert_eq!(fetched.owner_index, 1);
+    assert_eq!(fetched.block.bytes(), block.bytes());
+    match &fetched.failures[..] {
+        [TransportError::VerifyFailed {
+            peer,
+            expected,
+            found,
+        }] => {
+            assert_eq!(peer, &liar.local_peer());
+            assert_eq!(*expected, block.id());
+            assert_ne!(found, expected);
+        }
+        other => panic!("expected one verify failure, found {other:?}"),
+    }
+    let counters = c.counters();
+    assert_eq!(counters.verify_failures, 1);
+    assert_eq!((counters.fetches_ok, counters.fetches_failed), (1, 1));
+    eventually("the liar counts the block it sent", || {
+        liar.counters().blocks_served == 1
+    })
+    .await;
+    // The verify failure consumed the whole payload: the liar's connection is still usable.
+    let again = c.fetch(&liar.local_peer(), ns(), block.id()).await;
+    assert!(
+        matches!(again, Err(TransportError::VerifyFailed { .. })),
+        "{again:?}"
+    );
+    assert_eq!(c.counters().connections_opened, 2, "one per peer, reused");
+}
+
+/// Announces 4 MiB, sends 1 MiB of it, then stalls (until killed).
+fn dying_peer() -> RawServer {
+    RawServer::start(&TransportConfig::default(), |request| {
+        let header = FrameHeader {
+            kind: FrameKind::Block,
+            length: 4 << 20,
+            ..request
+        };
+        let mut bytes = header.encode().to_vec();
+        bytes.extend_from_slice(&vec![7u8; 1 << 20]);
+        RawReply {
+            bytes,
+            then_close: false,
+        }
+    })
+    .expect("raw server")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_dying_mid_transfer_fails_the_fetch_promptly_and_nothing_is_installed() {
+    let mut peer = dying_peer();
+    let config = TransportConfig {
+        fetch_timeout_ms: 20_000,
+        ..suite_config()
+    };
+    let c = client(config.clone()).await;
+    let target = peer.peer("dying");
+    let fetch = {
+        let c = c.clone();
+        tokio::spawn(async move { c.fetch(&target, ns(), BlockId([5; 32])).await })
+    };
+    let sent = Instant::now();
+    while peer.replies_sent() == 0 {
+        assert!(sent.elapsed() < PROMPT, "the peer never sent its part");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let killed = Instant::now();
+    peer.kill();
+    let result = fetch.await.expect("fetch task");
+    let took = killed.elapsed();
+    match &result {
+        Err(TransportError::ConnectionLost { reason, .. }) => {
+            assert!(reason.contains("of 4194304 payload bytes"), "{reason}");
+        }
+        other => panic!("expected a lost connection, found {other:?}"),
+    }
+    // The error handler noticed, not the fetch timeout (20 s).
+    assert!(took < PROMPT, "took {took:?} after the kill");
+    let counters = c.counters();
+    assert_eq!(
+        counters.fetches_ok, 0,
+        "nothing partial comes out as a block"
+    );
+    assert_eq!(counters.timeouts, 0);
+    assert!(
+        counters.bytes_in > FRAME_HEADER_LEN as u64 + (512 << 10),
+        "part of the payload had arrived: {}",
+        counters.bytes_in
+    );
+    assert_eq!(counters.fetches_in_flight, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_peer_dies_the_next_owner_serves() {
+    let block = test_block(ns(), 1 << 20, 9);
+    let mut dead = dying_peer();
+    let dead_peer = dead.peer("dead");
+    dead.kill();
+    let honest = serving(&[&block]).await;
+    let c = client(suite_config()).await;
+    let owners = [dead_peer, honest.local_peer()];
+    let fetched = c
+        .fetch_from_owners(&owners, ns(), block.id())
+        .await
+        .expect("second owner");
+    assert_eq!(fetched.owner_index, 1);
+    assert_eq!(fetched.block.bytes(), block.bytes());
+    match &fetched.failures[..] {
+        [TransportError::Connect { .. } | TransportError::ConnectionLost { .. }] => {}
+        other => panic!("expected one connect failure, found {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_requests_close_that_endpoint_and_the_server_keeps_serving_others() {
+    let block = test_block(ns(), 200_000, 3);
+    let server = serving(&[&block]).await;
+    let good = client(suite_config()).await;
+    good.fetch(&server.local_peer(), ns(), block.id())
+        .await
+        .expect("before");
+
+    let valid = FrameHeader::fetch(ns(), block.id()).encode();
+    let mut oversized = valid;
+    oversized[71..79].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    let mut trailing = valid.to_vec();
+    trailing.extend_from_slice(&[0u8; 1000]);
+    let wrong_kind = FrameHeader {
+        kind: FrameKind::Block,
+        ..FrameHeader::fetch(ns(), block.id())
+    }
+    .encode();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "garbage",
+            (0..FRAME_HEADER_LEN as u8)
+                .map(|i| i.wrapping_mul(37))
+                .collect(),
+        ),
+        ("oversized length", oversized.to_vec()),
+        ("trailing bytes", trailing),
+        ("wrong kind", wrong_kind.to_vec()),
+    ];
+    for (i, (name, bytes)) in cases.into_iter().enumerate() {
+        let raw = RawClient::connect(&TransportConfig::default(), server.local_addr())
+            .expect("raw client");
+        raw.send(bytes);
+        let closed = tokio::task::spawn_blocking(move || raw.wait_closed(PROMPT))
+            .await
+            .expect("waiter");
+        assert!(
+            closed.is_some(),
+            "{name}: the server did not close the endpoint"
+        );
+        assert_eq!(
+            server.counters().protocol_violations,
+            i as u64 + 1,
+            "{name}"
+        );
+        // The well-behaved client's endpoint is untouched and still served.
+        let got = good
+            .fetch(&server.local_peer(), ns(), block.id())
+            .await
+            .expect(name);
+        assert_eq!(got.bytes(), block.bytes());
+    }
+    eventually(
+        "the server counts 4 closed endpoints and 5 blocks served",
+        || {
+            let s = server.counters();
+            s.connections_closed >= 4 && s.blocks_served >= 5
+        },
+    )
+    .await;
+    assert_eq!(
+        good.counters().connections_opened,
+        1,
+        "the good endpoint was never dropped"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_request_times_out_and_only_that_endpoint_closes() {
+    let block = test_block(ns(), 10_000, 4);
+    let source = MemorySource::new();
+    source.insert(block.clone());
+    let config = TransportConfig {
+        request_timeout_ms: 500,
+        ..suite_config()
+    };
+    let server = transport(config, Arc::new(source)).await;
+    let good = client(suite_config()).await;
+    let raw =
+        RawClient::connect(&TransportConfig::default(), server.local_addr()).expect("raw client");
+    raw.send(FrameHeader::fetch(ns(), block.id()).encode()[..40].to_vec());
+    let started = Instant::now();
+    let closed = tokio::task::spawn_blocking(move || raw.wait_closed(PROMPT))
+        .await
+        .expect("waiter");
+    assert!(
+        closed.is_some(),
+        "the half-sent request was never timed out"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(400),
+        "closed before request_timeout_ms: {:?}",
+        started.elapsed()
+    );
+    let s = server.counters();
+    assert_eq!((s.timeouts, s.protocol_violations), (1, 0));
+    let got = good
+        .fetch(&server.local_peer(), ns(), block.id())
+        .await
+        .expect("others are served");
+    assert_eq!(got.bytes(), block.bytes());
+}
+
+/// A raw server answering every request with `respond(request)`, then (maybe) closing.
+fn answering_peer(respond: fn(FrameHeader) -> RawReply) -> RawServer {
+    RawServer::start(&TransportConfig::default(), respond).expect("raw server")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_responses_are_refused_counted_and_close_the_connection() {
+    type Respond = fn(FrameHeader) -> RawReply;
+    type Check = fn(&FrameError) -> bool;
+    let cases: [(&str, Respond, Check); 3] = [
+        (
+            "garbage",
+            |_| RawReply {
+                bytes: vec![0xAB; 100],
+                then_close: false,
+            },
+            |e| matches!(e, FrameError::BadMagic { .. }),
+        ),
+        (
+            "oversized length",
+            |r| RawReply {
+                bytes: FrameHeader {
+                    kind: FrameKind::Block,
+                    length: 1 << 40,
+                    ..r
+                }
+                .encode()
+                .to_vec(),
+                then_close: false,
+            },
+            |e| matches!(e, FrameError::TooLarge { found, .. } if *found == 1 << 40),
+        ),
+        (
+            "another block",
+            |r| RawReply {
+                bytes: FrameHeader {
+                    kind: FrameKind::NotFound,
+                    id: BlockId([0xcc; 32]),
+                    ..r
+                }
+                .encode()
+                .to_vec(),
+                then_close: false,
+            },
+            |e| matches!(e, FrameError::WrongBlock { .. }),
+        ),
+    ];
+    let c = client(suite_config()).await;
+    for (i, (name, respond, check)) in cases.into_iter().enumerate() {
+        let peer = answering_peer(respond);
+        match c.fetch(&peer.peer("raw"), ns(), BlockId([1; 32])).await {
+            Err(TransportError::Protocol { error, .. }) => {
+                assert!(check(&error), "{name}: {error}")
+            }
+            other => panic!("{name}: expected a protocol error, found {other:?}"),
+        }
+        let counters = c.counters();
+        assert_eq!(counters.protocol_violations, i as u64 + 1, "{name}");
+        assert_eq!(counters.connections_closed, i as u64 + 1, "{name}: closed");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_cut_short_by_its_sender_is_lost_not_installed() {
+    let peer = answering_peer(|r| {
+        let mut bytes = FrameHeader {
+            kind: FrameKind::Block,
+            length: 10_000,
+            ..r
+        }
+        .encode()
+        .to_vec();
+        bytes.extend_from_slice(&[1u8; 4_000]);
+        RawReply {
+            bytes,
+            then_close: true,
+        }
+    });
+    let c = client(suite_config()).await;
+    match c.fetch(&peer.peer("raw"), ns(), BlockId([1; 32])).await {
+        // How many of the 4,000 bytes arrive before the reset depends on the kernel (a reset
+        // may discard unread data) and on which UCX callback runs first; never all 10,000.
+        Err(TransportError::ConnectionLost { reason, .. }) => {
+            assert!(reason.contains(" of 10000 payload bytes"), "{reason}");
+        }
+        other => panic!("expected a lost connection, found {other:?}"),
+    }
+    let counters = c.counters();
+    assert_eq!(counters.fetches_ok, 0);
+    assert!(counters.bytes_in <= (FRAME_HEADER_LEN + 4_000) as u64);
+}
+
+/// Serves `fast`; never answers for anything else.
+struct HalfStalling {
+    fast: MemorySource,
+    fast_id: BlockId,
+}
+
+impl BlockSource for HalfStalling {
+    fn lookup(&self, namespace: NamespaceKey, id: BlockId) -> SourceFuture<'_> {
+        if id == self.fast_id {
+            return self.fast.lookup(namespace, id);
+        }
+        Box::pin(std::future::pending::<SourceLookup>())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_fetch_closes_its_endpoint_and_the_next_fetch_reconnects() {
+    let block = test_block(ns(), 300_000, 6);
+    let fast = MemorySource::new();
+    fast.insert(block.clone());
+    let server = transport(
+        suite_config(),
+        Arc::new(HalfStalling {
+            fast,
+            fast_id: block.id(),
+        }),
+    )
+    .await;
+    let c = client(suite_config()).await;
+    let peer = server.local_peer();
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(300),
+        c.fetch(&peer, ns(), BlockId([8; 32])),
+    )
+    .await;
+    assert!(dropped.is_err(), "the stalled fetch cannot finish");
+    eventually("the cancelled fetch's endpoint is closed", || {
+        c.counters().connections_closed == 1
+    })
+    .await;
+    let got = c.fetch(&peer, ns(), block.id()).await.expect("reconnects");
+    assert_eq!(got.bytes(), block.bytes());
+    let counters = c.counters();
+    assert_eq!(counters.connections_opened, 2);
+    assert_eq!(counters.fetches_in_flight, 0);
+    eventually("the server abandons the stalled lookup's endpoint", || {
+        server.counters().connections_closed == 1
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_fetches_share_one_endpoint_and_come_back_in_order() {
+    let blocks: Vec<_> = (0..24)
+        .map(|i| test_block(ns(), 100_000 + i * 4099, 50 + i as u64))
+        .collect();
+    let refs: Vec<&VerifiedBlock> = blocks.iter().collect();
+    let server = serving(&refs).await;
+    let config = TransportConfig {
+        fetches_in_flight_max: 8,
+        ..suite_config()
+    };
+    let c = client(config).await;
+    let ids: Vec<BlockId> = blocks.iter().map(|b| b.id()).collect();
+    let results = c.fetch_many(&server.local_peer(), ns(), &ids).await;
+    for (b, r) in blocks.iter().zip(&results) {
+        assert_eq!(r.as_ref().expect("fetched").bytes(), b.bytes());
+    }
+    let counters = c.counters();
+    assert_eq!(counters.connections_opened, 1);
+    assert!(counters.fetches_in_flight_peak > 1, "fetches overlapped");
+    assert!(counters.fetches_in_flight_peak <= 8);
+    eventually("the server served all 24", || {
+        server.counters().blocks_served == 24
+    })
+    .await;
+}
