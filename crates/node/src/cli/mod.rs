@@ -11,14 +11,15 @@
 //! kvfabric certs  --out DIR [--nodes N]               cluster CA and node certificates
 //! kvfabric cluster up [--nodes N] [--dir DIR]         start a local cluster of processes
 //! kvfabric cluster down [--dir DIR]                   stop it
+//! kvfabric demo [--agents N] [--docs N] [--seed S]    the multi-agent workload on 3 nodes
 //! ```
 //!
-//! Slots kept for later commands (each one more variant of [`Command`], with its own file):
-//! `demo`, `bench`.
+//! Slot kept for a later command (one more variant of [`Command`], with its own file): `bench`.
 
 mod certs;
 mod client;
 mod cluster;
+mod demo;
 pub(crate) mod exit;
 mod get;
 mod lookup;
@@ -55,6 +56,8 @@ enum Command {
     Certs(certs::CertsArgs),
     /// Start or stop a local cluster of node processes.
     Cluster(cluster::ClusterArgs),
+    /// Run the multi-agent demo on a local 3-node cluster, print a report, stop the cluster.
+    Demo(demo::DemoArgs),
 }
 
 /// Runs the parsed command.
@@ -68,6 +71,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Models(a) => models::run(a),
         Command::Certs(a) => certs::run(a),
         Command::Cluster(a) => cluster::run(a),
+        Command::Demo(a) => demo::run(a),
     }
 }
 
