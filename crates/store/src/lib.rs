@@ -19,6 +19,7 @@ pub mod error;
 pub mod eviction;
 pub mod geometry;
 pub mod handle;
+pub mod hash_parallel;
 pub mod id;
 pub mod rope;
 pub mod store;

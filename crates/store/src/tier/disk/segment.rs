@@ -6,11 +6,13 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
 
 use crate::error::StoreError;
+use crate::hash_parallel::{fill_and_hash_two_threads, TWO_THREADS_MIN_BYTES};
 use crate::id::{BlockId, NamespaceKey, StreamingId};
 use crate::tier::disk::entry::checksum64;
 
@@ -194,6 +196,39 @@ impl Segment {
             .map_err(|e| io_at("read", &self.path, offset, e))
     }
 
+    /// `pread`s exactly `buf.len()` bytes at `offset` into memory that need not be initialised.
+    /// Returns Ok only once every byte of `buf` has been written.
+    pub(crate) fn read_uninit_at(
+        &self,
+        buf: &mut [MaybeUninit<u8>],
+        offset: u64,
+    ) -> Result<(), StoreError> {
+        let fd = self.file.as_raw_fd();
+        let mut done = 0usize;
+        while done < buf.len() {
+            let rest = &mut buf[done..];
+            let at = offset + done as u64;
+            // SAFETY: `rest` is valid for writes of `rest.len()` bytes; pread writes at most
+            // that many and never reads the buffer.
+            let n =
+                unsafe { libc::pread(fd, rest.as_mut_ptr().cast(), rest.len(), at as libc::off_t) };
+            match n {
+                n if n > 0 => done += n as usize,
+                0 => {
+                    let e = io::Error::new(io::ErrorKind::UnexpectedEof, "segment ends early");
+                    return Err(io_at("read", &self.path, at, e));
+                }
+                _ => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(io_at("read", &self.path, at, e));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Reads `len` payload bytes at `offset`, hashing them under `namespace` piece by piece
     /// while each piece is hot in cache. Returns the bytes and the id they hash to.
     pub(crate) fn read_hashed(
@@ -210,67 +245,32 @@ impl Segment {
                 io::Error::other("length exceeds usize"),
             )
         })?;
-        let mut buf = vec![0u8; n];
-        let mut hasher = StreamingId::new(namespace);
-        let pipelined = if n >= PIPELINE_MIN_BYTES {
-            self.read_pipelined(&mut buf, offset, &mut hasher)
-        } else {
-            None
-        };
-        match pipelined {
-            Some(done) => done?,
-            None => {
-                let mut at = offset;
-                for piece in buf.chunks_mut(READ_CHUNK_BYTES) {
-                    self.read_at(piece, at)?;
-                    hasher.update(piece);
-                    at += piece.len() as u64;
-                }
+        if n >= TWO_THREADS_MIN_BYTES {
+            // Not zeroed first: each piece is written once, by `pread`.
+            let mut buf: Vec<u8> = Vec::with_capacity(n);
+            let fill = |piece: &mut [MaybeUninit<u8>], at: usize| {
+                self.read_uninit_at(piece, offset + at as u64)
+            };
+            // SAFETY: `read_uninit_at` writes every byte of the piece before returning Ok.
+            let done = unsafe {
+                fill_and_hash_two_threads(namespace, &mut buf.spare_capacity_mut()[..n], &fill)
+            };
+            if let Some(done) = done {
+                let id = done?;
+                // SAFETY: Ok means every byte of [0, n) was written by `read_uninit_at`.
+                unsafe { buf.set_len(n) };
+                return Ok((buf, id));
             }
         }
+        let mut buf = vec![0u8; n];
+        let mut hasher = StreamingId::new(namespace);
+        let mut at = offset;
+        for piece in buf.chunks_mut(READ_CHUNK_BYTES) {
+            self.read_at(piece, at)?;
+            hasher.update(piece);
+            at += piece.len() as u64;
+        }
         Ok((buf, hasher.finalize()))
-    }
-
-    /// A scoped reader thread `pread`s piece after piece and hands each (now read-only)
-    /// piece to this thread, which hashes it while the next one is read: copy and hash
-    /// overlap, and each piece is hashed while still in cache. `None` (nothing read or
-    /// hashed) when no thread could be started.
-    fn read_pipelined(
-        &self,
-        buf: &mut [u8],
-        offset: u64,
-        hasher: &mut StreamingId,
-    ) -> Option<Result<(), StoreError>> {
-        let pieces = buf.chunks_mut(READ_CHUNK_BYTES);
-        let (tx, rx) = mpsc::sync_channel::<&[u8]>(pieces.len());
-        std::thread::scope(|s| {
-            let reader = std::thread::Builder::new()
-                .name("kvfabric-disk-read".into())
-                .spawn_scoped(s, move || -> Result<(), StoreError> {
-                    let mut at = offset;
-                    for piece in pieces {
-                        self.read_at(piece, at)?;
-                        at += piece.len() as u64;
-                        let piece: &[u8] = piece;
-                        if tx.send(piece).is_err() {
-                            break;
-                        }
-                    }
-                    Ok(())
-                })
-                .ok()?;
-            for piece in rx {
-                hasher.update(piece);
-            }
-            Some(reader.join().unwrap_or_else(|_| {
-                Err(io_at(
-                    "read",
-                    &self.path,
-                    offset,
-                    io::Error::other("reader thread panicked"),
-                ))
-            }))
-        })
     }
 
     /// Cuts the file to `len` bytes (a torn tail, or a quarantined last entry).
