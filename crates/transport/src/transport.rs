@@ -92,3 +92,36 @@ pub trait Transport: Send + Sync {
     /// Stops serving and fetching; pending fetches end with an error.
     fn close(&self) -> TransportFuture<'_, ()>;
 }
+
+/// Runs `start(id)` for every id with at most `width` running at once; results come back in
+/// the order of `ids`. What `fetch_many` does for every implementation. A fetch task that
+/// panics re-raises its panic (a bug is not hidden as an error).
+pub(crate) async fn in_order_bounded<T, Fut>(
+    ids: &[BlockId],
+    width: usize,
+    mut start: impl FnMut(BlockId) -> Fut,
+) -> Vec<Result<T, TransportError>>
+where
+    T: Send + 'static,
+    Fut: Future<Output = Result<T, TransportError>> + Send + 'static,
+{
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut out: Vec<Option<Result<T, TransportError>>> = (0..ids.len()).map(|_| None).collect();
+    let mut next = 0;
+    loop {
+        while next < ids.len() && tasks.len() < width.max(1) {
+            let (i, fut) = (next, start(ids[next]));
+            tasks.spawn(async move { (i, fut.await) });
+            next += 1;
+        }
+        match tasks.join_next().await {
+            Some(Ok((i, r))) => out[i] = Some(r),
+            Some(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Some(Err(_)) => {}
+            None => break,
+        }
+    }
+    out.into_iter()
+        .map(|r| r.unwrap_or(Err(TransportError::Closed)))
+        .collect()
+}

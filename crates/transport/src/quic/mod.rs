@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use kvfabric_store::{BlockId, NamespaceKey, VerifiedBlock};
 use tokio::sync::Semaphore;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
 
 use crate::certs::NodeIdentity;
 use crate::config::TransportConfig;
@@ -27,7 +27,7 @@ use crate::error::TransportError;
 use crate::peer::PeerAddr;
 use crate::receive::{BlockReceiver, PayloadSink};
 use crate::source::BlockSource;
-use crate::transport::{Transport, TransportFuture};
+use crate::transport::{in_order_bounded, Transport, TransportFuture};
 
 use client::Client;
 use server::Server;
@@ -137,28 +137,11 @@ impl QuicTransport {
         F: Fn(BlockId) -> S,
     {
         let width = self.inner.client.config.fetches_in_flight_max;
-        let mut tasks = JoinSet::new();
-        let mut out: Vec<Option<Result<S::Output, TransportError>>> =
-            (0..ids.len()).map(|_| None).collect();
-        let mut next = 0;
-        loop {
-            while next < ids.len() && tasks.len() < width {
-                let (this, peer, id) = (self.clone(), peer.clone(), ids[next]);
-                let (i, sink) = (next, make_sink(id));
-                tasks.spawn(async move { (i, this.fetch_into(&peer, namespace, id, sink).await) });
-                next += 1;
-            }
-            match tasks.join_next().await {
-                Some(Ok((i, r))) => out[i] = Some(r),
-                // A panicking fetch task is a bug; re-raise it rather than hide it.
-                Some(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                Some(Err(_)) => {}
-                None => break,
-            }
-        }
-        out.into_iter()
-            .map(|r| r.unwrap_or(Err(TransportError::Closed)))
-            .collect()
+        in_order_bounded(ids, width, |id| {
+            let (this, peer, sink) = (self.clone(), peer.clone(), make_sink(id));
+            async move { this.fetch_into(&peer, namespace, id, sink).await }
+        })
+        .await
     }
 }
 
