@@ -14,6 +14,7 @@
 
 pub(crate) mod control;
 mod control_server;
+mod dev_certs;
 pub(crate) mod membership;
 mod peer_tls;
 pub(crate) mod raft_net;
@@ -48,6 +49,14 @@ pub(crate) fn directory_chunk_key(
 /// Why a node could not take its place in the cluster.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ClusterError {
+    /// Development certificates could not be generated.
+    #[error("generating development certificates in {dir}: {reason}")]
+    DevCerts {
+        /// The certs directory.
+        dir: String,
+        /// Why.
+        reason: String,
+    },
     /// The TLS identity could not be loaded.
     #[error("loading the TLS identity {name} from {dir}: {source}")]
     Identity {
@@ -104,6 +113,22 @@ impl Cluster {
         data_dir: &Path,
         app: Arc<App>,
     ) -> Result<Arc<Cluster>, ClusterError> {
+        if config.generate_dev_certs {
+            let members = config.members.len() as u32;
+            match dev_certs::ensure(&config.certs_dir, members) {
+                Ok(true) => tracing::warn!(
+                    dir = %config.certs_dir.display(),
+                    "generated development certificates (generate_dev_certs = true): not for production"
+                ),
+                Ok(false) => {}
+                Err(reason) => {
+                    return Err(ClusterError::DevCerts {
+                        dir: config.certs_dir.display().to_string(),
+                        reason,
+                    })
+                }
+            }
+        }
         let identity = NodeIdentity::load_from_dir(&config.certs_dir, &config.cert_name).map_err(
             |source| ClusterError::Identity {
                 name: config.cert_name.clone(),

@@ -5,6 +5,9 @@
 //! [cluster]                         # optional: a standalone node without it
 //! certs_dir = "/tmp/kvfabric/certs" # from `kvfabric certs --out DIR --nodes N`: ca.pem,
 //!                                   # nodeN.pem, nodeN.key.pem (checked at start)
+//! generate_dev_certs = false        # optional; DEVELOPMENT ONLY: when certs_dir holds no CA,
+//!                                   # the first member to start writes a CA and every
+//!                                   # member's certificate there (under a lock)
 //! cert_name = "node1"               # optional, default "node{id}"; peers are dialled by
 //!                                   # this name, which must be "node{id}"
 //! transport_listen = "127.0.0.1:7201" # optional, default: this member's `transport`
@@ -72,6 +75,9 @@ pub(crate) struct ClusterConfig {
     pub(crate) raft_listen: SocketAddr,
     /// The certificates directory.
     pub(crate) certs_dir: PathBuf,
+    /// Development only: generate a CA and every member's certificate into `certs_dir` at
+    /// start when it holds none (the first member to start writes them, under a lock).
+    pub(crate) generate_dev_certs: bool,
     /// This node's certificate name.
     pub(crate) cert_name: String,
     /// Copies a put waits for, this node's included.
@@ -192,13 +198,17 @@ impl Check<'_> {
             ));
         }
         let certs_dir = self.path(&raw.certs_dir);
+        let generate_dev_certs = raw.generate_dev_certs.unwrap_or(false);
+        // With development certificates the files may not exist yet: the first member to start
+        // writes them under a lock (see `cluster::dev_certs`), and loading them names any gap.
+        let to_generate = generate_dev_certs;
         for file in [
             "ca.pem".to_owned(),
             format!("{cert_name}.pem"),
             format!("{cert_name}.key.pem"),
         ] {
             let path = certs_dir.join(&file);
-            if !path.is_file() {
+            if !to_generate && !path.is_file() {
                 return Err(self.err(
                     "cluster.certs_dir",
                     format!(
@@ -264,6 +274,7 @@ impl Check<'_> {
             transport_listen,
             raft_listen,
             certs_dir,
+            generate_dev_certs,
             cert_name,
             replication,
             lease_renew: Duration::from_millis(renew_ms),

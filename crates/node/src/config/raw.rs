@@ -112,6 +112,8 @@ pub(crate) struct RawCluster {
     pub(crate) raft_listen: Option<String>,
     pub(crate) certs_dir: PathBuf,
     #[serde(default)]
+    pub(crate) generate_dev_certs: Option<bool>,
+    #[serde(default)]
     pub(crate) cert_name: Option<String>,
     #[serde(default)]
     pub(crate) replication: Option<u32>,
