@@ -41,9 +41,12 @@ fn a_put_is_replicated_and_a_get_elsewhere_fetches_verifies_and_registers() {
     let id = put["block"].as_str().unwrap().to_owned();
 
     tracing::info!("phase 3: the directory names two owners, and the second holds a copy");
-    let (block, owners) = cluster.lookup(1, &k);
+    // Lookups read the local replica, which may lag the commit by the replication delay.
+    let (block, owners) = cluster.wait_for("n1's replica to show both owners", || {
+        let (block, owners) = cluster.lookup(1, &k);
+        (owners.len() == 2).then_some((block, owners))
+    });
     assert_eq!(block.as_deref(), Some(id.as_str()));
-    assert_eq!(owners.len(), 2, "{owners:?}");
     assert!(owners.contains(&"n1".to_owned()), "{owners:?}");
     let copy = owners.iter().map(|o| node(o)).find(|n| *n != 1).unwrap();
     assert_eq!(
@@ -59,8 +62,9 @@ fn a_put_is_replicated_and_a_get_elsewhere_fetches_verifies_and_registers() {
         404,
         "n{reader} holds nothing yet"
     );
-    let (_, seen) = cluster.lookup(reader, &k);
-    assert_eq!(seen, owners, "every replica of the directory agrees");
+    cluster.wait_for("every replica of the directory to agree", || {
+        (cluster.lookup(reader, &k).1 == owners).then_some(())
+    });
 
     tracing::info!(
         reader,

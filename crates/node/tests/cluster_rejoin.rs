@@ -32,8 +32,13 @@ fn a_restarted_node_registers_its_recovered_blocks_under_its_new_epoch() {
     let (status, tier) = cluster.head_block(1, &ids[0]);
     assert_eq!((status, tier.as_deref()), (200, Some("disk")));
     let epoch = cluster.raft_stat(1, "epoch").unwrap();
-    let (_, owners) = cluster.lookup(2, &key);
-    assert!(owners.contains(&"n1".to_owned()), "{owners:?}");
+    cluster.wait_for("n2's replica to show n1 as an owner", || {
+        cluster
+            .lookup(2, &key)
+            .1
+            .contains(&"n1".to_owned())
+            .then_some(())
+    });
 
     tracing::info!(epoch, "phase 3: SIGKILL n1 and start it again");
     cluster.kill(1);
