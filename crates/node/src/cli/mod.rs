@@ -12,10 +12,11 @@
 //! kvfabric cluster up [--nodes N] [--dir DIR]         start a local cluster of processes
 //! kvfabric cluster down [--dir DIR]                   stop it
 //! kvfabric demo [--agents N] [--docs N] [--seed S]    the multi-agent workload on 3 nodes
+//! kvfabric bench directory [--records N] [--clients C] [--lookups L] [--skip-etcd]
+//!                                                     directory vs etcd, ratio last
 //! ```
-//!
-//! Slot kept for a later command (one more variant of [`Command`], with its own file): `bench`.
 
+mod bench;
 mod certs;
 mod client;
 mod cluster;
@@ -58,6 +59,8 @@ enum Command {
     Cluster(cluster::ClusterArgs),
     /// Run the multi-agent demo on a local 3-node cluster, print a report, stop the cluster.
     Demo(demo::DemoArgs),
+    /// Benchmarks that print a ratio against a baseline measured in the same run.
+    Bench(bench::BenchArgs),
 }
 
 /// Runs the parsed command.
@@ -72,6 +75,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Certs(a) => certs::run(a),
         Command::Cluster(a) => cluster::run(a),
         Command::Demo(a) => demo::run(a),
+        Command::Bench(a) => bench::run(a),
     }
 }
 

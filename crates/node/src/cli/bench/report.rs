@@ -1,0 +1,147 @@
+//! The figures of one side, latency percentiles, and the table.
+
+use std::time::Duration;
+
+/// p50 and p99 of a set of latencies, in µs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Latency {
+    pub(super) p50_us: f64,
+    pub(super) p99_us: f64,
+}
+
+impl Latency {
+    /// From raw samples (at least one).
+    pub(super) fn of(mut samples: Vec<Duration>) -> Latency {
+        assert!(!samples.is_empty(), "latency of no samples");
+        samples.sort_unstable();
+        let at = |q: f64| {
+            let i = ((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1;
+            samples[i].as_secs_f64() * 1e6
+        };
+        Latency {
+            p50_us: at(0.50),
+            p99_us: at(0.99),
+        }
+    }
+}
+
+/// What one side measured.
+#[derive(Debug, Clone)]
+pub(super) struct Side {
+    /// Registrations per second until all were committed.
+    pub(super) reg_per_s: f64,
+    /// A second registration figure (etcd: `txn` batches), with its label.
+    pub(super) reg_batched: Option<(String, f64)>,
+    pub(super) local: Latency,
+    pub(super) linearizable: Latency,
+    /// Bytes per directory entry per replica, and how it was measured.
+    pub(super) mem: Vec<(String, f64)>,
+}
+
+/// Both sides.
+#[derive(Debug)]
+pub(super) struct Report {
+    pub(super) kvf: Side,
+    pub(super) etcd: Option<Side>,
+}
+
+impl Report {
+    pub(super) fn print(&self) {
+        let k = &self.kvf;
+        let e = self.etcd.as_ref();
+        let na = "n/a".to_string();
+        let fmt_e = |f: &dyn Fn(&Side) -> f64| e.map_or(na.clone(), |e| format!("{:.1}", f(e)));
+        let ratio =
+            |f: &dyn Fn(&Side) -> f64| e.map_or(na.clone(), |e| format!("{:.3}", f(k) / f(e)));
+        println!();
+        println!(
+            "{:<40} {:>14} {:>14} {:>10}",
+            "metric", "kvfabric", "etcd", "ratio"
+        );
+        type Row<'a> = (&'a str, &'a dyn Fn(&Side) -> f64);
+        let rows: [Row; 5] = [
+            ("registrations (records/s)", &|s| s.reg_per_s),
+            ("lookup local p50 (us)", &|s| s.local.p50_us),
+            ("lookup local p99 (us)", &|s| s.local.p99_us),
+            ("lookup linearizable p50 (us)", &|s| s.linearizable.p50_us),
+            ("lookup linearizable p99 (us)", &|s| s.linearizable.p99_us),
+        ];
+        for (name, f) in rows {
+            println!(
+                "{:<40} {:>14.1} {:>14} {:>10}",
+                name,
+                f(k),
+                fmt_e(f),
+                ratio(f)
+            );
+        }
+        if let Some((label, v)) = e.and_then(|e| e.reg_batched.clone()) {
+            println!(
+                "{:<40} {:>14} {:>14.0} {:>10.2}",
+                label,
+                "",
+                v,
+                k.reg_per_s / v
+            );
+        }
+        for (how, v) in &k.mem {
+            println!("kvfabric memory per entry: {v:.0} bytes ({how})");
+        }
+        for (how, v) in e.map(|e| e.mem.as_slice()).unwrap_or(&[]) {
+            println!("etcd memory per entry: {v:.0} bytes ({how})");
+        }
+        if let Some(e) = e {
+            let reg = k.reg_per_s / e.reg_per_s;
+            let lin = k.linearizable.p99_us <= e.linearizable.p99_us;
+            println!(
+                "targets: registrations >= 2x etcd: {} ({reg:.2}x); linearizable p99 <= etcd: {}",
+                if reg >= 2.0 { "met" } else { "not met" },
+                if lin { "met" } else { "not met" }
+            );
+            println!("ratio registrations_over_etcd {reg:.2}");
+        } else {
+            println!("targets: not checked (etcd skipped)");
+            println!("ratio registrations_over_etcd n/a");
+        }
+    }
+}
+
+/// Resident set size of process `pid` in bytes (`VmRSS` of `/proc/PID/status`).
+pub(super) fn rss_bytes(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Size of the file at `dir`, or total size of the files under it.
+pub(super) fn dir_bytes(dir: &std::path::Path) -> u64 {
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_file() => return m.len(),
+        Ok(_) => {}
+        Err(_) => return 0,
+    }
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// Record `i`'s block id: deterministic, shared by both sides.
+pub(super) fn block_of(i: u64) -> kvfabric_store::BlockId {
+    kvfabric_store::BlockId(*blake3::hash(&i.to_le_bytes()).as_bytes())
+}
+
+/// A deterministic pseudo-random sequence (splitmix64) for picking lookup targets.
+pub(super) fn pick(seed: u64, n: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) % n
+}

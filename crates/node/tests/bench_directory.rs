@@ -1,0 +1,83 @@
+//! `kvfabric bench directory` with a tiny record count: it prints the table and, last, the
+//! ratio line; it stops every process it started and removes its working directory. Runs the
+//! etcd side only where `etcd` is installed (`--skip-etcd` otherwise, and the ratio is `n/a`).
+
+use std::path::Path;
+use std::process::Command;
+
+fn etcd_installed() -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("etcd").is_file()))
+}
+
+/// Pids of live processes whose command line mentions `dir`.
+fn processes_naming(dir: &Path) -> Vec<String> {
+    let want = dir.as_os_str().as_encoded_bytes();
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        if cmdline.windows(want.len()).any(|w| w == want) {
+            found.push(name);
+        }
+    }
+    found
+}
+
+#[test]
+fn bench_directory_prints_the_table_and_the_ratio_and_leaves_nothing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("bench");
+    let with_etcd = etcd_installed();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kvfabric"));
+    cmd.args(["bench", "directory", "--records", "2000", "--clients", "8"])
+        .args(["--lookups", "200", "--dir"])
+        .arg(&dir);
+    if !with_etcd {
+        cmd.arg("--skip-etcd");
+    }
+    let out = cmd.output().expect("running kvfabric bench directory");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "exit {}\n{stdout}\n{stderr}",
+        out.status
+    );
+
+    for row in [
+        "registrations (records/s)",
+        "lookup local p50 (us)",
+        "lookup local p99 (us)",
+        "lookup linearizable p50 (us)",
+        "lookup linearizable p99 (us)",
+        "kvfabric memory per entry:",
+        "Raft over QUIC",
+    ] {
+        assert!(stdout.contains(row), "missing {row:?} in\n{stdout}");
+    }
+    let last = stdout.lines().last().expect("a last line");
+    let value = last
+        .strip_prefix("ratio registrations_over_etcd ")
+        .unwrap_or_else(|| panic!("last line: {last:?}"));
+    if with_etcd {
+        let v: f64 = value.parse().expect("a number");
+        assert!(v > 0.0, "{last}");
+        assert!(
+            stdout.contains("etcd registrations, txn of 512"),
+            "{stdout}"
+        );
+    } else {
+        assert_eq!(value, "n/a");
+        assert!(stdout.contains("etcd: skipped (--skip-etcd)"), "{stdout}");
+    }
+
+    assert!(!dir.exists(), "{} is removed without --keep", dir.display());
+    let left = processes_naming(&dir);
+    assert!(left.is_empty(), "processes left: {left:?}");
+}
