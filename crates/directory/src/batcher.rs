@@ -4,16 +4,25 @@
 //! when it holds `batch_records_max` records or when its oldest record has waited
 //! `batch_delay_ms_max`. Within a batch the last operation on a `(block, tier)` wins (a claim
 //! followed by a release is a release), so claims and releases of one batch never overlap and
-//! their order inside the entry does not matter. [`Batcher`] drives a queue from a task: callers
-//! await the commit of the entry that carried their record, and one batch is in flight at a time,
-//! which is the back-pressure (the request channel is bounded by `batch_queue_max`).
+//! their order inside the entry does not matter.
+//!
+//! [`Batcher`] drives a queue from a task (group commit, pipelined): callers await the commit
+//! of the entry that carried their record. Whenever a pipeline slot is free (at most
+//! `batch_inflight_max` entries in flight) and no further request is already queued, what is
+//! pending is proposed at once: closed-loop callers never wait out a batching delay, and
+//! records accumulate into larger entries exactly while earlier ones are committing. A full
+//! batch, or one whose oldest record has waited `batch_delay_ms_max`, takes the next free
+//! slot first. Two entries in flight together never touch the same `(block, tier)` record or
+//! chunk key (a later one waits), so however the leader orders concurrent proposals, every
+//! record ends as its last operation left it. Back-pressure: the request channel is bounded
+//! by `batch_queue_max`, and the task stops taking requests while full batches wait for slots.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use kvfabric_store::{BlockId, Tier};
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use crate::command::OwnershipBatch;
@@ -216,44 +225,182 @@ impl Batcher {
 
 type Waiters = Vec<oneshot::Sender<Result<Committed, DirectoryError>>>;
 
-async fn run(dir: Directory, mut queue: BatchQueue, mut rx: mpsc::Receiver<Request>) {
-    let start = Instant::now();
-    let now_ms = || start.elapsed().as_millis() as u64;
-    let mut waiters: Waiters = Vec::new();
-    loop {
-        let deadline = queue
-            .deadline_ms()
-            .map(|d| start + Duration::from_millis(d));
-        let req = match deadline {
-            Some(d) => tokio::select! {
-                r = rx.recv() => r,
-                _ = tokio::time::sleep_until(d) => {
-                    if let Some(batch) = queue.due(now_ms()) {
-                        flush(&dir, batch, std::mem::take(&mut waiters)).await;
-                    }
-                    continue;
-                }
-            },
-            None => rx.recv().await,
-        };
-        let Some(req) = req else {
-            // Channel closed: propose what is left, then stop.
-            if let Some(batch) = queue.take() {
-                flush(&dir, batch, std::mem::take(&mut waiters)).await;
-            }
-            return;
-        };
-        let batches = queue.push(req.record, now_ms());
-        let carried = queue.is_empty();
+/// The records an entry in flight touches: a later entry touching any of them waits for it,
+/// so that two entries whose commit order matters are never in flight together.
+#[derive(Debug, Default)]
+struct Touched {
+    records: BTreeSet<(BlockId, Tier)>,
+    chunks: BTreeSet<ChunkKey>,
+}
+
+impl Touched {
+    fn of(batch: &OwnershipBatch) -> Touched {
+        Touched {
+            records: batch
+                .claims
+                .iter()
+                .chain(&batch.releases)
+                .copied()
+                .collect(),
+            chunks: batch.chunks.iter().map(|(c, _)| *c).collect(),
+        }
+    }
+
+    fn overlaps(&self, batch: &OwnershipBatch) -> bool {
+        batch
+            .claims
+            .iter()
+            .chain(&batch.releases)
+            .any(|r| self.records.contains(r))
+            || batch.chunks.iter().any(|(c, _)| self.chunks.contains(c))
+    }
+}
+
+/// The batcher task's state: the queue, full batches waiting for a pipeline slot, and the
+/// entries in flight.
+struct Pipeline {
+    dir: Directory,
+    queue: BatchQueue,
+    /// Callers whose records are in `queue`.
+    waiters: Waiters,
+    /// Full batches, oldest first, waiting for a slot.
+    ready: VecDeque<(OwnershipBatch, Waiters)>,
+    in_flight: JoinSet<u64>,
+    touched: BTreeMap<u64, Touched>,
+    next: u64,
+    depth: usize,
+}
+
+impl Pipeline {
+    /// Queues one caller's record; batches it completes wait in `ready`.
+    fn accept(&mut self, req: Request, now_ms: u64) {
+        let batches = self.queue.push(req.record, now_ms);
+        let carried = self.queue.is_empty();
         let count = batches.len();
         let mut done = Some(req.done);
         for (i, batch) in batches.into_iter().enumerate() {
             if i + 1 == count && carried {
-                waiters.extend(done.take());
+                self.waiters.extend(done.take());
             }
-            flush(&dir, batch, std::mem::take(&mut waiters)).await;
+            self.ready
+                .push_back((batch, std::mem::take(&mut self.waiters)));
         }
-        waiters.extend(done);
+        self.waiters.extend(done);
+    }
+
+    fn conflicts(&self, batch: &OwnershipBatch) -> bool {
+        self.touched.values().any(|t| t.overlaps(batch))
+    }
+
+    /// Proposes, while slots are free: full batches in order, then (group commit) whatever
+    /// is pending, since no caller is left to wait for. A batch that touches a record of an
+    /// entry in flight waits for that entry, and so does everything behind it.
+    fn propose(&mut self) {
+        while self.in_flight.len() < self.depth {
+            if let Some((batch, _)) = self.ready.front() {
+                if self.conflicts(batch) {
+                    return;
+                }
+                let (batch, waiters) = self.ready.pop_front().expect("checked above");
+                self.start(batch, waiters);
+                continue;
+            }
+            let Some(batch) = self.queue.take() else {
+                return;
+            };
+            if self.conflicts(&batch) {
+                // Back into the queue unchanged: it is retried when an entry lands.
+                self.ready
+                    .push_front((batch, std::mem::take(&mut self.waiters)));
+                return;
+            }
+            let waiters = std::mem::take(&mut self.waiters);
+            self.start(batch, waiters);
+        }
+    }
+
+    fn start(&mut self, batch: OwnershipBatch, waiters: Waiters) {
+        let slot = self.next;
+        self.next += 1;
+        self.touched.insert(slot, Touched::of(&batch));
+        let dir = self.dir.clone();
+        self.in_flight.spawn(async move {
+            flush(&dir, batch, waiters).await;
+            slot
+        });
+    }
+
+    fn idle(&self) -> bool {
+        self.queue.is_empty() && self.ready.is_empty() && self.in_flight.is_empty()
+    }
+}
+
+async fn run(dir: Directory, queue: BatchQueue, mut rx: mpsc::Receiver<Request>) {
+    let start = Instant::now();
+    let now_ms = || start.elapsed().as_millis() as u64;
+    let depth = dir.config().batch_inflight_max.max(1);
+    let mut p = Pipeline {
+        dir,
+        queue,
+        waiters: Vec::new(),
+        ready: VecDeque::new(),
+        in_flight: JoinSet::new(),
+        touched: BTreeMap::new(),
+        next: 0,
+        depth,
+    };
+    let mut open = true;
+    loop {
+        // Take every request already queued, so that they share the next entry; stop taking
+        // while full batches wait for slots (the bounded channel pushes back on callers).
+        while open && p.ready.len() < depth {
+            match rx.try_recv() {
+                Ok(req) => p.accept(req, now_ms()),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => open = false,
+            }
+        }
+        p.propose();
+        if !open && p.idle() {
+            return;
+        }
+        let deadline = p
+            .queue
+            .deadline_ms()
+            .map(|d| start + Duration::from_millis(d));
+        tokio::select! {
+            r = rx.recv(), if open && p.ready.len() < depth => match r {
+                Some(req) => p.accept(req, now_ms()),
+                None => open = false,
+            },
+            Some(done) = p.in_flight.join_next(), if !p.in_flight.is_empty() => {
+                match done {
+                    Ok(slot) => {
+                        p.touched.remove(&slot);
+                    }
+                    Err(e) => {
+                        // A flush task cannot panic short of a bug; its waiters see the
+                        // batcher closed. Forget every slot it could have held.
+                        tracing::error!(error = %e, "an ownership flush task failed");
+                        p.touched.clear();
+                    }
+                }
+            }
+            // The pending batch is due but every slot is busy: move it to `ready` so that it
+            // goes first when one frees.
+            _ = sleep_until_opt(deadline), if deadline.is_some() && p.in_flight.len() >= depth => {
+                if let Some(batch) = p.queue.due(now_ms()) {
+                    p.ready.push_back((batch, std::mem::take(&mut p.waiters)));
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
     }
 }
 

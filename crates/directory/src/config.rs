@@ -19,6 +19,9 @@ pub const FRAME_BYTES_HARD_MAX: u32 = 64 * 1024 * 1024;
 /// No batch may exceed this many records, whatever the config says.
 pub const BATCH_RECORDS_HARD_MAX: usize = 65_536;
 
+/// No batcher may pipeline more entries than this, whatever the config says.
+pub const BATCH_INFLIGHT_HARD_MAX: usize = 64;
+
 /// Configuration of one directory member. Every bound the directory keeps is here.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -37,6 +40,10 @@ pub struct DirectoryConfig {
     pub batch_delay_ms_max: u64,
     /// Requests queued towards one batcher before callers wait (back-pressure).
     pub batch_queue_max: usize,
+    /// Ownership entries one batcher may have proposed and not yet seen committed (the
+    /// pipeline depth). Entries in flight together never touch the same record, so their
+    /// commit order does not matter.
+    pub batch_inflight_max: usize,
     /// Length of a node lease.
     pub lease_ms: u64,
     /// How often the leader checks for expired leases.
@@ -71,6 +78,7 @@ impl Default for DirectoryConfig {
             batch_records_max: 512,
             batch_delay_ms_max: 5,
             batch_queue_max: 4_096,
+            batch_inflight_max: 4,
             lease_ms: 10_000,
             lease_check_interval_ms: 500,
             snapshot_logs_since_last: 5_000,
@@ -143,6 +151,13 @@ impl DirectoryConfig {
         }
         if self.batch_queue_max == 0 {
             return Err(bad("batch_queue_max", "> 0", 0));
+        }
+        if !(1..=BATCH_INFLIGHT_HARD_MAX).contains(&self.batch_inflight_max) {
+            return Err(bad(
+                "batch_inflight_max",
+                format!("1..={BATCH_INFLIGHT_HARD_MAX}"),
+                self.batch_inflight_max,
+            ));
         }
         // A lease shorter than an election would purge a healthy node's records whenever
         // the leader changes.

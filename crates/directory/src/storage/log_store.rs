@@ -9,8 +9,8 @@ use openraft::{OptionalSend, RaftLogReader, Vote};
 use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::records::{
-    blocking, decode, encode, io_read, io_write, read_meta, write_meta, KEY_COMMITTED,
-    KEY_LAST_PURGED, KEY_VOTE, LOG, META,
+    blocking, decode, encode, io_read, io_write, read_meta, write_meta, write_meta_lazy,
+    KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE, LOG, META,
 };
 use crate::ids::NodeId;
 use crate::type_config::{Entry, LogId, StorageError, TypeConfig};
@@ -117,9 +117,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(io_read)
     }
 
+    /// Not fsynced (see `write_meta_lazy`): openraft treats the saved committed id as an
+    /// optional hint (on open it re-applies the log up to it, and learns the rest from the
+    /// leader), so a crash that loses the latest one costs a little catching up, never an
+    /// entry. An fsync per commit on every member would otherwise double the directory's
+    /// disk flushes.
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         blocking(&self.db, move |db| {
-            write_meta(db, KEY_COMMITTED, &committed)
+            write_meta_lazy(db, KEY_COMMITTED, &committed)
         })
         .await
         .map_err(io_write)

@@ -2,7 +2,8 @@
 //!
 //! redb because it is pure Rust (no C toolchain, unlike RocksDB), ACID with copy-on-write
 //! B-trees and checksummed pages, and fsyncs on every commit by default — the log, the vote and
-//! the snapshot each need exactly that.
+//! the snapshot each need exactly that. The saved committed id alone is written without an
+//! fsync (it rides on the next log append's), since openraft only uses it as a hint.
 //!
 //! One database file per shard, with two tables:
 //!

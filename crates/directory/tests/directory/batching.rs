@@ -102,3 +102,54 @@ async fn records_coalesce_into_entries_bounded_in_size_and_delay() -> anyhow::Re
     c.shutdown().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_entries_keep_the_last_operation_on_each_record() -> anyhow::Result<()> {
+    init_tracing();
+    let config = DirectoryConfig {
+        batch_records_max: 4,
+        batch_inflight_max: 4,
+        ..TestCluster::test_config()
+    };
+    let (_dir, c) = start(&[1, 2, 3], config).await?;
+    let all = ids(&[1, 2, 3]);
+    let leader = c.wait_for_leader(&all, LIMIT).await?;
+    let follower = *all.iter().find(|n| **n != leader).expect("three members");
+    let d = c.member(follower);
+    let epoch = d.join(NodeId(7)).await?;
+    let batcher = Batcher::spawn(d.clone(), NodeId(7), epoch);
+
+    // Each pair reaches the batcher in the order written, the second once the first's entry
+    // is (most likely) in flight: the second operation on a record is the one that must
+    // stand, however the pipeline overlaps entries and the leader orders them.
+    let later = Duration::from_micros(300);
+    // Dropped requests make the follower retry its forwards: without ordering in the
+    // batcher, a retried first operation would land after the second.
+    c.router().set_drop_per_mille(150);
+    for b in 0..40u64 {
+        let (x, y) = tokio::join!(batcher.claim(block(b), Tier::Host, None), async {
+            tokio::time::sleep(later).await;
+            batcher.release(block(b), Tier::Host).await
+        });
+        x?;
+        y?;
+        let (x, y) = tokio::join!(batcher.release(block(1000 + b), Tier::Host), async {
+            tokio::time::sleep(later).await;
+            batcher.claim(block(1000 + b), Tier::Host, None).await
+        });
+        x?;
+        y?;
+    }
+    c.router().heal();
+    for b in 0..40u64 {
+        let released = d.owners(&block(b), ReadConsistency::Linearizable).await?;
+        assert!(released.is_empty(), "block {b}: {released:?}");
+        let claimed = d
+            .owners(&block(1000 + b), ReadConsistency::Linearizable)
+            .await?;
+        assert_eq!(claimed.len(), 1, "block {}: {claimed:?}", 1000 + b);
+    }
+    batcher.close().await;
+    c.shutdown().await?;
+    Ok(())
+}

@@ -18,6 +18,7 @@
 //! lease_renew_ms = 2500             # optional, default lease_ms / 4; below lease_ms / 2
 //! batch_records_max = 512           # optional: ownership records per Raft entry
 //! batch_delay_ms_max = 5            # optional: longest a record waits for its batch
+//! batch_inflight_max = 4            # optional: ownership entries pipelined per node
 //! heartbeat_interval_ms = 100       # optional, Raft
 //! election_timeout_min_ms = 500     # optional, Raft
 //! election_timeout_max_ms = 1000    # optional, Raft
@@ -240,6 +241,9 @@ impl Check<'_> {
             batch_delay_ms_max: raw
                 .batch_delay_ms_max
                 .unwrap_or(defaults.batch_delay_ms_max),
+            batch_inflight_max: raw
+                .batch_inflight_max
+                .unwrap_or(defaults.batch_inflight_max),
             heartbeat_interval_ms: raw
                 .heartbeat_interval_ms
                 .unwrap_or(defaults.heartbeat_interval_ms),

@@ -218,7 +218,7 @@ fn a_cluster_section_loads_with_defaults_mapped_onto_the_directory() {
     kvfabric_transport::generate_cluster(certs.path(), 5).unwrap();
     let c = parse_str(&cluster_text(
         certs.path(),
-        "lease_ms = 6000\nbatch_delay_ms_max = 7",
+        "lease_ms = 6000\nbatch_delay_ms_max = 7\nbatch_inflight_max = 3",
         TWO,
     ))
     .unwrap()
@@ -230,6 +230,7 @@ fn a_cluster_section_loads_with_defaults_mapped_onto_the_directory() {
     assert_eq!(cl.raft_listen.port(), 7304);
     assert_eq!(cl.directory.lease_ms, 6000);
     assert_eq!(cl.directory.batch_delay_ms_max, 7);
+    assert_eq!(cl.directory.batch_inflight_max, 3);
     assert_eq!(cl.lease_renew.as_millis(), 1500, "a quarter of the lease");
     assert_eq!(cl.members.len(), 2);
 
@@ -281,6 +282,11 @@ fn cluster_mistakes_are_named_with_a_reason() {
             cluster_text(certs.path(), "lease_renew_ms = 9000", TWO),
             "cluster.lease_renew_ms",
             "found 9000",
+        ),
+        (
+            cluster_text(certs.path(), "batch_inflight_max = 0", TWO),
+            "cluster.batch_inflight_max",
+            "found 0",
         ),
         (
             cluster_text(certs.path(), "election_timeout_min_ms = 2000", TWO),
