@@ -10,7 +10,8 @@
 //!
 //! The data path across nodes: a put waits for `replication` verified copies
 //! ([`replication`], over the control channel of [`control`]); a get that misses locally
-//! fetches from the block's live owners ([`remote_get`]).
+//! fetches from the block's live owners ([`remote_get`]); blocks whose live copies fell below
+//! the replication factor get new ones ([`repair`]).
 
 pub(crate) mod control;
 mod control_server;
@@ -19,6 +20,7 @@ pub(crate) mod membership;
 mod peer_tls;
 pub(crate) mod raft_net;
 pub(crate) mod remote_get;
+pub(crate) mod repair;
 pub(crate) mod replication;
 pub(crate) mod source;
 pub(crate) mod view;
@@ -102,6 +104,8 @@ pub(crate) struct Cluster {
     pub(crate) raft_net: Arc<QuicRaftNet>,
     /// The current incarnation, once joined.
     pub(crate) incarnation: Arc<Incarnation>,
+    /// What re-replication has done.
+    pub(crate) repair: repair::RepairCounters,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -196,6 +200,7 @@ impl Cluster {
             transport,
             raft_net,
             incarnation: Arc::new(Incarnation::default()),
+            repair: repair::RepairCounters::default(),
             tasks: std::sync::Mutex::new(Vec::new()),
         });
         let handler = control_server::ControlServer::new(Arc::downgrade(&cluster), app);
@@ -203,13 +208,14 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// Starts joining, re-registering and renewing in the background.
+    /// Starts joining, re-registering and renewing, and re-replication, in the background.
     pub(crate) fn run_membership(self: &Arc<Self>, app: Arc<App>) {
-        let task = tokio::spawn(membership::run(self.clone(), app));
+        let member = tokio::spawn(membership::run(self.clone(), app.clone()));
+        let repair = tokio::spawn(repair::run(self.clone(), app));
         self.tasks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(task);
+            .extend([member, repair]);
     }
 
     /// Stops the background tasks, the directory member and both networks (bounded).

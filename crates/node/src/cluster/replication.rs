@@ -56,7 +56,27 @@ impl Cluster {
     pub(crate) async fn replicate(&self, ns: NamespaceKey, id: BlockId) -> Replicas {
         let want = self.config.replication;
         let need = want.saturating_sub(1) as usize;
-        let mut candidates = self.replica_order(&id).into_iter();
+        let copies = self.copy_to_peers(ns, id, need, &[]).await;
+        Replicas {
+            have: 1 + copies as u32,
+            want,
+        }
+    }
+
+    /// Asks live peers other than `exclude`, best first for `id`, for verified copies of
+    /// `(ns, id)` taken from this node, until `need` answered, the candidates ran out, or
+    /// [`REPLICATE_TIMEOUT_MS`] passed; returns the copies made.
+    pub(crate) async fn copy_to_peers(
+        &self,
+        ns: NamespaceKey,
+        id: BlockId,
+        need: usize,
+        exclude: &[crate::ids::NodeId],
+    ) -> usize {
+        let mut candidates = self
+            .replica_order(&id)
+            .into_iter()
+            .filter(|m| !exclude.contains(&m.id));
         let mut calls = JoinSet::new();
         let limit = Duration::from_millis(REPLICATE_TIMEOUT_MS);
         let deadline = tokio::time::Instant::now() + limit;
@@ -94,9 +114,6 @@ impl Cluster {
             }
         }
         calls.abort_all();
-        Replicas {
-            have: 1 + copies as u32,
-            want,
-        }
+        copies
     }
 }

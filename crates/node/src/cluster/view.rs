@@ -92,6 +92,9 @@ pub(crate) struct ClusterMetrics {
     pub(crate) raft_served: u64,
     /// The block transport's counters.
     pub(crate) transport: CountersSnapshot,
+    /// Re-replication: passes, blocks under-replicated in the last pass, copies made, copies
+    /// asked for and not made.
+    pub(crate) repair: [u64; 4],
 }
 
 impl Cluster {
@@ -200,6 +203,12 @@ impl Cluster {
             raft_calls_failed: c.calls_failed.load(Ordering::Relaxed),
             raft_served: c.served.load(Ordering::Relaxed),
             transport: self.transport.counters(),
+            repair: [
+                self.repair.passes.load(Ordering::Relaxed),
+                self.repair.under_replicated.load(Ordering::Relaxed),
+                self.repair.copies_made.load(Ordering::Relaxed),
+                self.repair.copies_missing.load(Ordering::Relaxed),
+            ],
         }
     }
 }

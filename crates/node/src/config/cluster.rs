@@ -16,6 +16,8 @@
 //!                                   # or more members, 1 alone; at most the member count
 //! lease_ms = 10000                  # optional: a node's ownership lease in the directory
 //! lease_renew_ms = 2500             # optional, default lease_ms / 4; below lease_ms / 2
+//! repair_interval_ms = 5000         # optional: re-replication pass period; 0 turns it off
+//! repair_blocks_max = 256           # optional: most blocks one pass re-replicates
 //! batch_records_max = 512           # optional: ownership records per Raft entry
 //! batch_delay_ms_max = 5            # optional: longest a record waits for its batch
 //! batch_inflight_max = 4            # optional: ownership entries pipelined per node
@@ -67,6 +69,15 @@ impl Member {
     }
 }
 
+/// Default period of the re-replication pass.
+const REPAIR_INTERVAL_MS_DEFAULT: u64 = 5_000;
+/// Shortest re-replication period allowed (each pass reads every held block's owners).
+const REPAIR_INTERVAL_MS_MIN: u64 = 100;
+/// Default bound on the blocks one pass re-replicates.
+const REPAIR_BLOCKS_MAX_DEFAULT: usize = 256;
+/// Largest `repair_blocks_max` allowed.
+const REPAIR_BLOCKS_MAX_LIMIT: usize = 65_536;
+
 /// A validated `[cluster]`.
 #[derive(Debug, Clone)]
 pub(crate) struct ClusterConfig {
@@ -85,6 +96,10 @@ pub(crate) struct ClusterConfig {
     pub(crate) replication: u32,
     /// Period of lease renewals.
     pub(crate) lease_renew: Duration,
+    /// Period of the re-replication pass (`None`: off).
+    pub(crate) repair_interval: Option<Duration>,
+    /// Most blocks one re-replication pass repairs.
+    pub(crate) repair_blocks_max: usize,
     /// Every member, by id.
     pub(crate) members: Vec<Member>,
     /// The directory's bounds.
@@ -274,6 +289,20 @@ impl Check<'_> {
                 ),
             ));
         }
+        let repair_ms = raw.repair_interval_ms.unwrap_or(REPAIR_INTERVAL_MS_DEFAULT);
+        if repair_ms != 0 && repair_ms < REPAIR_INTERVAL_MS_MIN {
+            return Err(self.err(
+                "cluster.repair_interval_ms",
+                format!("expected 0 (off) or at least {REPAIR_INTERVAL_MS_MIN}, found {repair_ms}"),
+            ));
+        }
+        let repair_blocks_max = raw.repair_blocks_max.unwrap_or(REPAIR_BLOCKS_MAX_DEFAULT);
+        if !(1..=REPAIR_BLOCKS_MAX_LIMIT).contains(&repair_blocks_max) {
+            return Err(self.err(
+                "cluster.repair_blocks_max",
+                format!("expected 1 to {REPAIR_BLOCKS_MAX_LIMIT}, found {repair_blocks_max}"),
+            ));
+        }
         Ok(ClusterConfig {
             transport_listen,
             raft_listen,
@@ -282,6 +311,8 @@ impl Check<'_> {
             cert_name,
             replication,
             lease_renew: Duration::from_millis(renew_ms),
+            repair_interval: (repair_ms != 0).then(|| Duration::from_millis(repair_ms)),
+            repair_blocks_max,
             members,
             directory,
         })

@@ -124,6 +124,10 @@ pub(crate) struct RawCluster {
     #[serde(default)]
     pub(crate) batch_records_max: Option<usize>,
     #[serde(default)]
+    pub(crate) repair_interval_ms: Option<u64>,
+    #[serde(default)]
+    pub(crate) repair_blocks_max: Option<usize>,
+    #[serde(default)]
     pub(crate) batch_delay_ms_max: Option<u64>,
     #[serde(default)]
     pub(crate) batch_inflight_max: Option<usize>,

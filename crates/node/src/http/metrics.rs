@@ -25,6 +25,7 @@
 //! | `kvfabric_held_blocks`, `kvfabric_chunk_keys` | gauge | |
 //! | `kvfabric_raft_state` | gauge | stat: `term`, `is_leader`, `last_applied`, `last_log`, `epoch`, `members_healthy`, `rpc_ok`, `rpc_failed`, `rpc_served` (cluster nodes) |
 //! | `kvfabric_transport` | gauge | stat: the block transport's counters, e.g. `fetches_ok`, `verify_failures`, `bytes_in` (cluster nodes) |
+//! | `kvfabric_repair` | gauge | stat: `passes`, `under_replicated` (held blocks, last pass), `copies_made`, `copies_missing` (cluster nodes) |
 
 use std::borrow::Cow;
 use std::sync::Mutex;
@@ -111,6 +112,7 @@ pub(crate) struct Metrics {
     chunk_keys: Gauge,
     raft: Family<StatLabels, Gauge>,
     transport: Family<StatLabels, Gauge>,
+    repair: Family<StatLabels, Gauge>,
 }
 
 impl Metrics {
@@ -136,6 +138,7 @@ impl Metrics {
             chunk_keys: Gauge::default(),
             raft: Family::default(),
             transport: Family::default(),
+            repair: Family::default(),
         };
         r.register(
             "http_requests",
@@ -232,6 +235,11 @@ impl Metrics {
             "The block transport's counters",
             m.transport.clone(),
         );
+        r.register(
+            "repair",
+            "Re-replication of blocks with fewer live copies than the replication factor",
+            m.repair.clone(),
+        );
         Metrics { registry: r, ..m }
     }
 
@@ -266,6 +274,17 @@ impl Metrics {
         ];
         for (stat, v) in transport {
             self.transport
+                .get_or_create(&StatLabels { stat })
+                .set(gauge(v));
+        }
+        let names = [
+            "passes",
+            "under_replicated",
+            "copies_made",
+            "copies_missing",
+        ];
+        for (stat, v) in names.into_iter().zip(c.repair) {
+            self.repair
                 .get_or_create(&StatLabels { stat })
                 .set(gauge(v));
         }

@@ -68,6 +68,11 @@ impl Held {
             .filter_map(|((_, id), b)| b.slots.first().map(|s| (*id, *s)))
     }
 
+    /// Every held `(namespace, id)`.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = (NamespaceKey, BlockId)> + '_ {
+        self.map.keys().copied()
+    }
+
     /// Blocks held.
     pub(crate) fn len(&self) -> usize {
         self.map.len()

@@ -245,6 +245,15 @@ impl LocalNode {
         })
     }
 
+    /// Every `(namespace, id)` this node holds, in a stable order (for re-replication).
+    pub(crate) fn held_keys(&self) -> Result<Vec<(NamespaceKey, BlockId)>, LocalError> {
+        self.with(|l| {
+            let mut keys: Vec<_> = l.held.keys().collect();
+            keys.sort_unstable_by_key(|(ns, id)| (id.0, ns.0));
+            Ok(keys)
+        })
+    }
+
     /// Counters, tier use and index sizes.
     pub(crate) fn snapshot(&self) -> Result<Snapshot, LocalError> {
         self.with(|l| {

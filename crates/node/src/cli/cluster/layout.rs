@@ -79,6 +79,7 @@ pub(crate) fn config_text(
     all: &[NodeLayout],
     replication: Option<u32>,
     host_bytes: &str,
+    cluster_set: &[(String, String)],
 ) -> String {
     let mut s = String::new();
     let _ = writeln!(
@@ -107,6 +108,9 @@ pub(crate) fn config_text(
     if let Some(r) = replication {
         let _ = writeln!(s, "replication = {r}");
     }
+    for (k, v) in cluster_set {
+        let _ = writeln!(s, "{k} = {v}");
+    }
     let _ = writeln!(s);
     for m in all {
         let _ = writeln!(
@@ -119,4 +123,41 @@ pub(crate) fn config_text(
         );
     }
     s
+}
+
+/// Parses `--cluster-set KEY=VALUE`: a bare TOML key and a value that parses as TOML.
+pub(crate) fn parse_cluster_set(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected KEY=VALUE, found {s:?}"))?;
+    let (k, v) = (k.trim(), v.trim());
+    let bare = !k.is_empty()
+        && k.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !bare {
+        return Err(format!(
+            "expected a bare key (letters, digits, _ or -), found {k:?}"
+        ));
+    }
+    let doc = format!("{k} = {v}");
+    doc.parse::<toml::Table>()
+        .map_err(|e| format!("{k}: expected a TOML value, found {v:?} ({})", e.message()))?;
+    Ok((k.to_owned(), v.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cluster_set;
+
+    #[test]
+    fn cluster_set_takes_a_bare_key_and_a_toml_value() {
+        assert_eq!(
+            parse_cluster_set("lease_ms = 3000"),
+            Ok(("lease_ms".into(), "3000".into()))
+        );
+        assert!(parse_cluster_set("lease_ms").is_err());
+        assert!(parse_cluster_set("a.b=1").is_err());
+        assert!(parse_cluster_set("x=not a value").is_err());
+        assert!(parse_cluster_set("x=\"quoted\"").is_ok());
+    }
 }

@@ -40,6 +40,10 @@ pub(crate) struct UpArgs {
     /// Each node's host RAM tier (blocks beyond it demote to the disk tier).
     #[arg(long, default_value = layout::HOST_BYTES_DEFAULT)]
     host_bytes: String,
+    /// An extra `[cluster]` key for every node, as `KEY=VALUE` with a TOML value (e.g.
+    /// `lease_ms=3000`); repeatable. The nodes validate it like any config key.
+    #[arg(long = "cluster-set", value_name = "KEY=VALUE", value_parser = layout::parse_cluster_set)]
+    cluster_set: Vec<(String, String)>,
 }
 
 /// Runs `kvfabric cluster up`.
@@ -70,7 +74,14 @@ pub(crate) fn run(a: UpArgs) -> anyhow::Result<()> {
         let path = layout::config_path(&dir, n.id);
         std::fs::write(
             &path,
-            layout::config_text(&dir, n, &nodes, a.replication, &a.host_bytes),
+            layout::config_text(
+                &dir,
+                n,
+                &nodes,
+                a.replication,
+                &a.host_bytes,
+                &a.cluster_set,
+            ),
         )
         .with_context(|| format!("writing {}", path.display()))?;
     }
