@@ -68,6 +68,13 @@ impl Held {
             .filter_map(|((_, id), b)| b.slots.first().map(|s| (*id, *s)))
     }
 
+    /// Every held block with its namespace and first slot.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (NamespaceKey, BlockId, SlotId)> + '_ {
+        self.map
+            .iter()
+            .filter_map(|((ns, id), b)| b.slots.first().map(|s| (*ns, *id, *s)))
+    }
+
     /// Blocks held.
     pub(crate) fn len(&self) -> usize {
         self.map.len()

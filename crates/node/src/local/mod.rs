@@ -11,7 +11,7 @@ mod chunks;
 mod held;
 mod put;
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use kvfabric_store::{
     BlockId, NamespaceKey, Store, StoreConfig, StoreCounters, StoreError, Tier, TierUsage,
@@ -22,6 +22,7 @@ pub(crate) use chunks::ChunkIndex;
 pub(crate) use held::Held;
 pub(crate) use put::{PutError, PutSession};
 
+use crate::events::{EventKind, EventLog};
 use crate::ids::ChunkKey;
 
 /// What the local side can fail at.
@@ -76,6 +77,9 @@ pub(crate) struct Local {
     pub(crate) held: Held,
     /// Chunk keys put on this node.
     pub(crate) chunks: ChunkIndex,
+    /// The node's event log, once attached: every change of what is held is published to it
+    /// under this lock, so events are in the order of the changes.
+    pub(crate) events: Option<Arc<EventLog>>,
 }
 
 /// The local side of a node.
@@ -110,6 +114,7 @@ impl LocalNode {
             store,
             held,
             chunks: ChunkIndex::default(),
+            events: None,
         };
         Ok((
             LocalNode {
@@ -225,8 +230,19 @@ impl LocalNode {
         self.with(|l| {
             let s = l.store.install(block)?;
             let tier = l.store.handle(s.slot)?.tier;
-            if !l.held.insert(block.namespace(), s.id, s.slot) {
+            let ns = block.namespace();
+            let newly = !l.held.contains(&ns, &s.id);
+            if !l.held.insert(ns, s.id, s.slot) {
                 l.store.release(s.slot)?;
+            }
+            if newly {
+                l.emit(EventKind::Stored {
+                    namespace: ns,
+                    tier,
+                    ids: vec![s.id],
+                    chunk_key: None,
+                    block_tokens: 0,
+                });
             }
             Ok(tier)
         })
@@ -245,6 +261,35 @@ impl LocalNode {
         })
     }
 
+    /// Attaches the event log and publishes its epoch's first batch: the epoch, then what is
+    /// held now (recovered from disk), one `Stored` per namespace and tier. Atomic with respect
+    /// to every other change, so no change is missing from or duplicated in the stream.
+    pub(crate) fn attach_events(&self, log: Arc<EventLog>) -> Result<(), LocalError> {
+        self.with(|l| {
+            let mut groups: std::collections::BTreeMap<([u8; 32], Tier), Vec<BlockId>> =
+                std::collections::BTreeMap::new();
+            for (ns, id, slot) in l.held.iter() {
+                let tier = l.store.handle(slot)?.tier;
+                groups.entry((ns.0, tier)).or_default().push(id);
+            }
+            let mut events = vec![EventKind::Epoch];
+            for ((ns, tier), mut ids) in groups {
+                let namespace = NamespaceKey(ns);
+                ids.sort();
+                events.push(EventKind::Stored {
+                    namespace,
+                    tier,
+                    ids,
+                    chunk_key: None,
+                    block_tokens: 0,
+                });
+            }
+            log.publish(events);
+            l.events = Some(log);
+            Ok(())
+        })
+    }
+
     /// Counters, tier use and index sizes.
     pub(crate) fn snapshot(&self) -> Result<Snapshot, LocalError> {
         self.with(|l| {
@@ -259,6 +304,13 @@ impl LocalNode {
 }
 
 impl Local {
+    /// Publishes one event as its own batch (nothing before the log is attached).
+    pub(crate) fn emit(&self, event: EventKind) {
+        if let Some(log) = &self.events {
+            log.publish(vec![event]);
+        }
+    }
+
     /// The namespace of `read` holding `id`, probing all of them.
     fn find(&self, read: &[NamespaceKey], id: &BlockId) -> Option<NamespaceKey> {
         let mut found = None;
@@ -276,6 +328,16 @@ impl Local {
             return Ok(());
         };
         self.chunks.forget(ns, &block.chunk_keys);
+        let tier = block
+            .slots
+            .first()
+            .and_then(|s| self.store.handle(*s).ok())
+            .map(|h| h.tier);
+        self.emit(EventKind::Removed {
+            namespace: *ns,
+            tier,
+            ids: vec![*id],
+        });
         for slot in block.slots {
             match self.store.release(slot) {
                 Ok(_) => {
@@ -293,6 +355,11 @@ impl Local {
     fn forget(&mut self, ns: &NamespaceKey, id: &BlockId) {
         if let Some(block) = self.held.remove(ns, id) {
             self.chunks.forget(ns, &block.chunk_keys);
+            self.emit(EventKind::Removed {
+                namespace: *ns,
+                tier: None,
+                ids: vec![*id],
+            });
         }
     }
 }
