@@ -182,6 +182,44 @@ fn the_stream_shows_stored_and_removed_with_node_and_tier_and_gap_free_seqs() {
 }
 
 #[test]
+fn a_demotion_is_removed_from_one_tier_and_stored_in_the_next() {
+    let g = tiny();
+    let node = TestNode::start(Options {
+        host_bytes: g.block_layout().payload_len + 64,
+        disk_bytes: Some(16 << 20),
+        tenants: false,
+        ..Options::default()
+    });
+    let mut s = open(&node, None, "?since=1", &[]).unwrap();
+    let a = put(&node, None, 1);
+    let b = put(&node, None, 2);
+    let got: Vec<(String, Json, Vec<String>, u64)> = s
+        .take(4)
+        .iter()
+        .map(|m| {
+            (
+                m.event.clone(),
+                m.data["tier"].clone(),
+                blocks(m),
+                m.data["seq"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let host = Json::from("host");
+    let disk = Json::from("disk");
+    assert_eq!(
+        got,
+        [
+            ("stored".to_owned(), host.clone(), vec![a.clone()], 1),
+            ("removed".to_owned(), host.clone(), vec![a.clone()], 2),
+            ("stored".to_owned(), disk, vec![a], 2),
+            ("stored".to_owned(), host, vec![b], 3),
+        ]
+    );
+    assert!(node.metric("kvfabric_demotions_total{node=\"n1\"}") >= 1.0);
+}
+
+#[test]
 fn replay_from_since_and_last_event_id_and_refusals() {
     let node = TestNode::start(with_events(
         Options {

@@ -6,6 +6,11 @@
 //! runs inside [`tokio::task::block_in_place`] because a store call may read or write the disk
 //! tier. The cluster path wraps this type (remote fetches on a local miss, ownership records on
 //! put) rather than changing it.
+//!
+//! Once the node's event log is attached ([`LocalNode::attach_events`]), every change of what
+//! is held is published under the same lock: a block newly held (put, install), released
+//! (delete) or forgotten (its slots quarantined), and a held block's tier moves (the store
+//! records them; they are taken at the end of every call).
 
 mod chunks;
 mod held;
@@ -133,7 +138,12 @@ impl LocalNode {
         &self,
         f: impl FnOnce(&mut Local) -> Result<R, LocalError>,
     ) -> Result<R, LocalError> {
-        block_in_place(|| f(&mut *self.lock()?))
+        block_in_place(|| {
+            let mut l = self.lock()?;
+            let r = f(&mut l);
+            l.publish_moves();
+            r
+        })
     }
 
     /// Reads `id` from the first namespace of `read` that holds it: the whole verified block
@@ -286,6 +296,7 @@ impl LocalNode {
             }
             log.publish(events);
             l.events = Some(log);
+            l.store.record_moves(true);
             Ok(())
         })
     }
@@ -304,6 +315,33 @@ impl LocalNode {
 }
 
 impl Local {
+    /// Publishes the tier moves of held blocks the last store call made (demotions,
+    /// promotions) as one batch: each a `Removed` from the old tier and a `Stored` in the new.
+    fn publish_moves(&mut self) {
+        let Some(log) = &self.events else {
+            return;
+        };
+        let mut events = Vec::new();
+        for m in self.store.take_moves() {
+            if !self.held.contains(&m.namespace, &m.id) {
+                continue;
+            }
+            events.push(EventKind::Removed {
+                namespace: m.namespace,
+                tier: Some(m.from),
+                ids: vec![m.id],
+            });
+            events.push(EventKind::Stored {
+                namespace: m.namespace,
+                tier: m.to,
+                ids: vec![m.id],
+                chunk_key: None,
+                block_tokens: 0,
+            });
+        }
+        log.publish(events);
+    }
+
     /// Publishes one event as its own batch (nothing before the log is attached).
     pub(crate) fn emit(&self, event: EventKind) {
         if let Some(log) = &self.events {
