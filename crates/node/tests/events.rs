@@ -4,18 +4,16 @@
 //! through the ROUTER socket, and rebuilds a node's state across a restart.
 
 mod common;
+mod events_client;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read};
 use std::time::{Duration, Instant};
 
 use common::{payload, tiny, Options, TestNode, TOKEN_A, TOKEN_B, TOKEN_DOCS};
+use events_client::{blocks, Sse, EVENT_TIMEOUT};
 use rmpv::Value;
 use serde_json::Value as Json;
 use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
-
-/// Longest wait for one event on a stream (a loaded 2-core machine is slow).
-const EVENT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Node options with an `[events]` section (appended after `[limits]`).
 fn with_events(base: Options, events: &str) -> Options {
@@ -25,102 +23,14 @@ fn with_events(base: Options, events: &str) -> Options {
     }
 }
 
-/// One SSE message.
-#[derive(Debug, Clone)]
-struct Msg {
-    event: String,
-    id: Option<String>,
-    data: Json,
-}
-
-/// A client reading `GET /v1/events`.
-struct Sse {
-    lines: BufReader<Box<dyn Read + Send>>,
-}
-
-/// Opens `GET /v1/events{query}`; the status and, on 200, the stream, else the JSON body.
+/// Opens `GET /v1/events{query}` on `node`.
 fn open(
     node: &TestNode,
     token: Option<&str>,
     query: &str,
     headers: &[(&str, &str)],
 ) -> Result<Sse, (u16, Json)> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(EVENT_TIMEOUT * 2))
-        .build()
-        .into();
-    let mut r = agent.get(format!("{}/v1/events{query}", node.url));
-    if let Some(t) = token {
-        r = r.header("authorization", format!("Bearer {t}"));
-    }
-    for (k, v) in headers {
-        r = r.header(*k, *v);
-    }
-    let resp = r.call().expect("GET /v1/events");
-    let status = resp.status().as_u16();
-    if status != 200 {
-        let body = resp.into_body().read_to_vec().unwrap();
-        return Err((status, serde_json::from_slice(&body).unwrap()));
-    }
-    assert_eq!(
-        resp.headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok()),
-        Some("text/event-stream")
-    );
-    let reader: Box<dyn Read + Send> = Box::new(resp.into_body().into_reader());
-    Ok(Sse {
-        lines: BufReader::new(reader),
-    })
-}
-
-impl Sse {
-    /// The next message (keep-alive comments skipped).
-    fn next(&mut self) -> Msg {
-        let (mut event, mut id, mut data) = (String::new(), None, String::new());
-        loop {
-            let mut line = String::new();
-            let n = self.lines.read_line(&mut line).expect("reading the stream");
-            assert!(n > 0, "the stream ended");
-            let line = line.trim_end_matches(['\r', '\n']);
-            if line.is_empty() {
-                if data.is_empty() {
-                    continue;
-                }
-                return Msg {
-                    event,
-                    id,
-                    data: serde_json::from_str(&data).unwrap(),
-                };
-            }
-            if line.starts_with(':') {
-                continue;
-            }
-            let (k, v) = line.split_once(':').unwrap_or((line, ""));
-            let v = v.strip_prefix(' ').unwrap_or(v);
-            match k {
-                "event" => event = v.to_owned(),
-                "id" => id = Some(v.to_owned()),
-                "data" => data += v,
-                _ => {}
-            }
-        }
-    }
-
-    /// The next `n` messages.
-    fn take(&mut self, n: usize) -> Vec<Msg> {
-        (0..n).map(|_| self.next()).collect()
-    }
-}
-
-fn blocks(m: &Msg) -> Vec<String> {
-    m.data["blocks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| b.as_str().unwrap().to_owned())
-        .collect()
+    events_client::open(&node.url, token, query, headers)
 }
 
 fn put(node: &TestNode, token: Option<&str>, seed: u64) -> String {

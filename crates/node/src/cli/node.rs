@@ -149,6 +149,7 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
                 {
                     Ok(c) => {
                         c.run_membership(app.clone());
+                        events::node_down::spawn(c.clone(), event_log.clone());
                         let _ = app.cluster.set(c);
                     }
                     Err(e) => result = Err(anyhow::Error::new(e).context("joining the cluster")),

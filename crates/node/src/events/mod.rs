@@ -12,6 +12,7 @@
 
 pub(crate) mod epoch;
 mod metrics;
+pub(crate) mod node_down;
 pub(crate) mod wire;
 pub(crate) mod zmq;
 
@@ -54,13 +55,21 @@ pub(crate) enum EventKind {
         /// Their ids.
         ids: Vec<BlockId>,
     },
+    /// Another member's (or this node's) lease expired in the directory: its ownership
+    /// records were purged ([`node_down`]).
+    NodeDown {
+        /// The member.
+        node: NodeId,
+        /// Its directory epoch (incarnation) that ended.
+        epoch: u64,
+    },
 }
 
 impl EventKind {
     /// The namespace a tenant must be able to read to see this event; `None`: every caller.
     pub(crate) fn namespace(&self) -> Option<&NamespaceKey> {
         match self {
-            EventKind::Epoch => None,
+            EventKind::Epoch | EventKind::NodeDown { .. } => None,
             EventKind::Stored { namespace, .. } | EventKind::Removed { namespace, .. } => {
                 Some(namespace)
             }

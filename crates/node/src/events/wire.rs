@@ -11,7 +11,8 @@
 //! nil, `token_ids` is empty (a block store does not know the tokens); `block_size` is the
 //! model's tokens per block when known, else 0; `medium` is `GPU`, `CPU` (the host tier) or
 //! `DISK` (nil on a removal whose tier is unknown). A node's [`EventKind::Epoch`] is an
-//! `AllBlocksCleared`.
+//! `AllBlocksCleared`; an [`EventKind::NodeDown`] has no vLLM event and is left out (its batch
+//! may then be empty: `[ts, [], nil]`).
 
 use bytes::Bytes;
 use kvfabric_store::Tier;
@@ -28,11 +29,13 @@ pub(crate) fn medium(tier: Tier) -> &'static str {
     }
 }
 
-fn event(e: &EventKind) -> Value {
+/// The wire event of `e`; `None` for what vLLM has no event for ([`EventKind::NodeDown`]).
+fn event(e: &EventKind) -> Option<Value> {
     let hashes = |ids: &[kvfabric_store::BlockId]| {
         Value::Array(ids.iter().map(|id| Value::Binary(id.0.to_vec())).collect())
     };
-    match e {
+    Some(match e {
+        EventKind::NodeDown { .. } => return None,
         EventKind::Epoch => Value::Array(vec![Value::from("AllBlocksCleared")]),
         EventKind::Stored {
             tier,
@@ -53,14 +56,14 @@ fn event(e: &EventKind) -> Value {
             hashes(ids),
             tier.map_or(Value::Nil, |t| Value::from(medium(t))),
         ]),
-    }
+    })
 }
 
 /// The msgpack `KVEventBatch` of `events` published at `ts`.
 pub(crate) fn encode_batch(ts: f64, events: &[EventKind]) -> Bytes {
     let batch = Value::Array(vec![
         Value::F64(ts),
-        Value::Array(events.iter().map(event).collect()),
+        Value::Array(events.iter().filter_map(event).collect()),
         Value::Nil,
     ]);
     let mut out = Vec::with_capacity(64 + 40 * events.len());

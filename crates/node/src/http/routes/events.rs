@@ -1,6 +1,7 @@
 //! `GET /v1/events`: the node's KV events as Server-Sent Events.
 //!
-//! Each event of a batch is one SSE message: `event: epoch | stored | removed` and a JSON
+//! Each event of a batch is one SSE message: `event: epoch | stored | removed | node_down`
+//! (`node_down`: a member's lease expired, `down` and `down_epoch` name it) and a JSON
 //! `data` line carrying `node`, `epoch`, `seq` and `ts` (the batch's) and, for `stored`/`removed`,
 //! `tier` and `blocks` (hex ids); the last message of a batch carries `id: EPOCH:SEQ`.
 //! `?since=SEQ` replays the current epoch's batches from `SEQ` (410 `replay_gap` naming the
@@ -10,7 +11,7 @@
 //! one `replay_gap` message and ends; every stream ends when the node shuts down.
 //!
 //! A tenant sees `stored`/`removed` only for namespaces its token may read (its own and the
-//! shared ones), and every `epoch`. At most `events.max_sse_subscribers` streams are open at
+//! shared ones), and every `epoch` and `node_down`. At most `events.max_sse_subscribers` streams are open at
 //! once (503 `too_many_subscribers` beyond).
 
 use std::collections::VecDeque;
@@ -249,6 +250,13 @@ impl Stream {
                             "blocks": ids.iter().map(|i| i.to_hex()).collect::<Vec<_>>(),
                             "chunk_key": chunk_key.map(|k| k.to_hex()),
                             "block_tokens": block_tokens,
+                        }),
+                    ),
+                    EventKind::NodeDown { node: down, epoch } => (
+                        "node_down",
+                        json!({
+                            "node": node, "epoch": batch.epoch, "seq": batch.seq, "ts": batch.ts,
+                            "down": down.to_string(), "down_epoch": epoch,
                         }),
                     ),
                     EventKind::Removed { tier, ids, .. } => (
