@@ -38,7 +38,7 @@ fn remote_installs_are_stored_events_and_an_expired_member_is_node_down() {
     assert_eq!(stored.data["node"], "n2");
     assert_eq!(stored.data["tier"], "host");
     assert_eq!(stored.data["seq"], 1);
-    assert_eq!(blocks(&stored), [id.clone()]);
+    assert_eq!(blocks(&stored), std::slice::from_ref(&id));
 
     let mut on1 = open(cluster.api(1), None, "?since=0", &[]).unwrap();
     assert_eq!(on1.next().event, "epoch");
