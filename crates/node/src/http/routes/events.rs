@@ -277,3 +277,104 @@ impl Stream {
         self.pending.extend(out);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use kvfabric_store::{BlockId, Tier};
+    use tokio::sync::Semaphore;
+
+    use super::*;
+    use crate::events::EventMetrics;
+    use crate::ids::NodeId;
+
+    fn stream(log: &Arc<EventLog>, read: Vec<NamespaceKey>, since: u64) -> Stream {
+        let sub = log.subscribe(Some(since)).unwrap();
+        let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
+        log.metrics.subscribers.inc();
+        Stream {
+            log: log.clone(),
+            read,
+            next: since,
+            replay: sub.replay.into(),
+            live: sub.live,
+            closed: sub.closed,
+            pending: VecDeque::new(),
+            ended: false,
+            _slot: Slot {
+                _permit: permit,
+                gauge: log.metrics.subscribers.clone(),
+            },
+        }
+    }
+
+    fn stored(ns: &str, n: u8) -> EventKind {
+        EventKind::Stored {
+            namespace: NamespaceKey::derive(ns),
+            tier: Tier::Host,
+            ids: vec![BlockId([n; 32])],
+            chunk_key: None,
+            block_tokens: 0,
+        }
+    }
+
+    /// The SSE text of one message.
+    async fn text(e: Event) -> String {
+        let body = Sse::new(stream::iter([Ok::<_, Infallible>(e)])).into_response();
+        let bytes = axum::body::to_bytes(body.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_stream_lagging_beyond_the_ring_gets_one_replay_gap_and_ends() {
+        let log = Arc::new(EventLog::new(NodeId(1), 3, 2, EventMetrics::default()));
+        log.publish(vec![EventKind::Epoch]);
+        let mut s = stream(&log, vec![NamespaceKey::derive("a")], 0);
+        assert_eq!(log.metrics.subscribers.get(), 1);
+        // The replayed epoch, then five more batches into a ring (and broadcast) of two.
+        for i in 0..5 {
+            log.publish(vec![stored("a", i)]);
+        }
+        let first = text(s.next_event().await.unwrap()).await;
+        assert!(
+            first.contains("event: epoch") && first.contains("id: 3:0"),
+            "{first}"
+        );
+        let gap = text(s.next_event().await.unwrap()).await;
+        assert!(gap.contains("event: replay_gap"), "{gap}");
+        assert!(
+            gap.contains("\"since\":1") && gap.contains("\"oldest\":4"),
+            "{gap}"
+        );
+        assert!(
+            s.next_event().await.is_none(),
+            "the stream ends after the gap"
+        );
+        assert_eq!(log.metrics.gaps.get(), 1);
+        drop(s);
+        assert_eq!(log.metrics.subscribers.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn only_readable_namespaces_are_rendered_and_the_batch_id_goes_last() {
+        let log = Arc::new(EventLog::new(NodeId(1), 1, 8, EventMetrics::default()));
+        log.publish(vec![stored("a", 1), stored("b", 2), stored("a", 3)]);
+        log.publish(vec![stored("b", 4)]);
+        log.publish(vec![stored("a", 5)]);
+        let mut s = stream(&log, vec![NamespaceKey::derive("a")], 0);
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            got.push(text(s.next_event().await.unwrap()).await);
+        }
+        assert!(got[0].contains(&BlockId([1; 32]).to_hex()) && !got[0].contains("id:"));
+        assert!(got[1].contains(&BlockId([3; 32]).to_hex()) && got[1].contains("id: 1:0"));
+        // Batch 1 holds nothing readable: skipped; batch 2 follows.
+        assert!(got[2].contains(&BlockId([5; 32]).to_hex()) && got[2].contains("id: 1:2"));
+        log.close();
+        assert!(
+            s.next_event().await.is_none(),
+            "a closed log ends the stream"
+        );
+    }
+}
