@@ -89,6 +89,11 @@ fn the_stream_shows_stored_and_removed_with_node_and_tier_and_gap_free_seqs() {
         5.0
     );
     assert_eq!(node.metric("kvfabric_event_subscribers{node=\"n1\"}"), 1.0);
+
+    // SIGTERM ends open streams: the node exits cleanly and the client sees the end.
+    let mut node = node;
+    assert!(node.terminate().success());
+    assert!(s.ends());
 }
 
 #[test]

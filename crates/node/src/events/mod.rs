@@ -28,6 +28,10 @@ pub(crate) use metrics::EventMetrics;
 
 use crate::ids::{ChunkKey, NodeId};
 
+/// Most batches the live broadcast holds for a slow subscriber (beyond: it refills from the
+/// ring).
+pub(crate) const BROADCAST_MAX: usize = 1024;
+
 /// What one event says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum EventKind {
@@ -137,7 +141,9 @@ impl EventLog {
         metrics: EventMetrics,
     ) -> EventLog {
         let capacity = capacity.max(1);
-        let (tx, _) = broadcast::channel(capacity);
+        // A subscriber that falls behind the broadcast refills from the ring, so the
+        // broadcast need not be as long as the ring.
+        let (tx, _) = broadcast::channel(capacity.min(BROADCAST_MAX));
         let (closed, _) = watch::channel(false);
         EventLog {
             node,

@@ -12,6 +12,7 @@
 //! configured; binding them anywhere but loopback exposes the stream to that network.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
@@ -24,6 +25,11 @@ use crate::config::EventsConfig;
 
 /// The sequence number that ends a replay.
 pub(crate) const END_SEQ: i64 = -1;
+/// Longest wait to hand one replay message to a peer (a peer that does not read loses the
+/// rest of its replay, and the next peer is served).
+const REPLAY_SEND_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pause after a failed receive on the replay socket.
+const RECV_BACKOFF: Duration = Duration::from_millis(100);
 
 /// The running ZeroMQ sockets' tasks.
 pub(crate) struct ZmqTasks {
@@ -121,6 +127,7 @@ async fn replay(log: Arc<EventLog>, mut socket: RouterSocket) {
             Ok(m) => m.into_vec(),
             Err(e) => {
                 tracing::debug!(error = %e, "events: ZeroMQ replay receive failed");
+                tokio::time::sleep(RECV_BACKOFF).await;
                 continue;
             }
         };
@@ -152,8 +159,7 @@ async fn replay(log: Arc<EventLog>, mut socket: RouterSocket) {
                 Bytes::copy_from_slice(&b.seq.to_be_bytes()),
                 b.payload.clone(),
             ]);
-            if let Err(e) = socket.send(reply).await {
-                tracing::debug!(error = %e, "events: ZeroMQ replay send failed");
+            if !send_bounded(&mut socket, reply).await {
                 failed = true;
                 break;
             }
@@ -165,9 +171,22 @@ async fn replay(log: Arc<EventLog>, mut socket: RouterSocket) {
                 Bytes::copy_from_slice(&END_SEQ.to_be_bytes()),
                 Bytes::new(),
             ]);
-            if let Err(e) = socket.send(end).await {
-                tracing::debug!(error = %e, "events: ZeroMQ replay send failed");
-            }
+            send_bounded(&mut socket, end).await;
+        }
+    }
+}
+
+/// Sends one replay message within [`REPLAY_SEND_TIMEOUT`]; `false` when it failed.
+async fn send_bounded(socket: &mut RouterSocket, msg: ZmqMessage) -> bool {
+    match tokio::time::timeout(REPLAY_SEND_TIMEOUT, socket.send(msg)).await {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "events: ZeroMQ replay send failed");
+            false
+        }
+        Err(_) => {
+            tracing::debug!("events: ZeroMQ replay peer does not read; its replay is cut");
+            false
         }
     }
 }

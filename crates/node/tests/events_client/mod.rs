@@ -92,6 +92,18 @@ impl Sse {
         }
     }
 
+    /// Whether the stream ends (EOF) before another message arrives.
+    pub fn ends(&mut self) -> bool {
+        loop {
+            let mut line = String::new();
+            match self.lines.read_line(&mut line) {
+                Ok(0) | Err(_) => return true,
+                Ok(_) if line.trim().is_empty() || line.starts_with(':') => continue,
+                Ok(_) => return false,
+            }
+        }
+    }
+
     /// The next `n` messages.
     pub fn take(&mut self, n: usize) -> Vec<Msg> {
         (0..n).map(|_| self.next()).collect()

@@ -7,8 +7,9 @@
 //! `?since=SEQ` replays the current epoch's batches from `SEQ` (410 `replay_gap` naming the
 //! oldest still buffered when `SEQ` is older); without it a `Last-Event-ID: EPOCH:SEQ` resumes
 //! after that batch (from the start of the current epoch when `EPOCH` is an earlier one).
-//! Then the stream follows live. A stream that falls further behind than the ring holds gets
-//! one `replay_gap` message and ends; every stream ends when the node shuts down.
+//! Then the stream follows live. A stream that falls behind the live broadcast catches up from
+//! the ring; one that falls further behind than the ring holds gets one `replay_gap` message
+//! and ends. Every stream ends when the node shuts down.
 //!
 //! A tenant sees `stored`/`removed` only for namespaces its token may read (its own and the
 //! shared ones), and every `epoch` and `node_down`. At most `events.max_sse_subscribers` streams are open at
@@ -187,7 +188,13 @@ impl Stream {
                         r = self.live.recv() => match r {
                             Ok(b) => b,
                             Err(RecvError::Lagged(_)) => {
-                                self.gap();
+                                // Refill from the ring while it still holds the next batch.
+                                let missed = self.log.buffered_from(self.next);
+                                if missed.first().is_some_and(|b| b.seq == self.next) {
+                                    self.replay = missed.into();
+                                } else {
+                                    self.gap();
+                                }
                                 continue;
                             }
                             Err(RecvError::Closed) => return None,
@@ -354,6 +361,27 @@ mod tests {
         assert_eq!(log.metrics.gaps.get(), 1);
         drop(s);
         assert_eq!(log.metrics.subscribers.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_stream_behind_the_broadcast_but_within_the_ring_catches_up_without_a_gap() {
+        let n = crate::events::BROADCAST_MAX as u64 + 500;
+        let log = Arc::new(EventLog::new(
+            NodeId(1),
+            1,
+            n as usize + 10,
+            EventMetrics::default(),
+        ));
+        log.publish(vec![EventKind::Epoch]);
+        let mut s = stream(&log, vec![NamespaceKey::derive("a")], 0);
+        for i in 0..n {
+            log.publish(vec![stored("a", (i % 251) as u8)]);
+        }
+        for seq in 0..=n {
+            let e = text(s.next_event().await.unwrap()).await;
+            assert!(e.contains(&format!("id: 1:{seq}\n")), "{seq}: {e}");
+        }
+        assert_eq!(log.metrics.gaps.get(), 0);
     }
 
     #[tokio::test]
