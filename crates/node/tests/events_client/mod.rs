@@ -1,6 +1,9 @@
 //! A test client of `GET /v1/events`: opens the stream and parses Server-Sent Events.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod node;
+pub mod vllm;
+
 use std::io::{BufRead, BufReader, Read};
 use std::time::Duration;
 
