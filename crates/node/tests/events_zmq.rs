@@ -13,7 +13,7 @@ use common::{tiny, Options, TestNode};
 use events_client::node::{put, with_events, zmq_endpoint};
 use events_client::vllm::{decode, hex_bytes, replay, runtime, Consumer, KvEvent};
 use events_client::{blocks, open, EVENT_TIMEOUT};
-use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
+use zeromq::{DealerSocket, ReqSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
 
 const ZMQ_EVENTS: &str = "zmq_pub = \"tcp://127.0.0.1:0\"\nzmq_replay = \"tcp://127.0.0.1:0\"";
 
@@ -125,6 +125,24 @@ fn a_zmq_consumer_decodes_published_batches_and_replays_through_the_router() {
         assert!(Instant::now() < deadline, "the bad request was not counted");
         std::thread::sleep(Duration::from_millis(50));
     }
+
+    // A REQ socket, as vLLM's example subscriber uses: one 8-byte request frame; asking from
+    // the next sequence number gets the end marker alone.
+    let end = rt.block_on(async {
+        let mut req = ReqSocket::new();
+        req.connect(&replay_ep).await.unwrap();
+        req.send(ZmqMessage::from(c.next_seq.to_be_bytes().to_vec()))
+            .await
+            .unwrap();
+        tokio::time::timeout(EVENT_TIMEOUT, req.recv())
+            .await
+            .expect("a replay answer in time")
+            .unwrap()
+            .into_vec()
+    });
+    assert_eq!(end.len(), 2, "[seq, payload]");
+    assert_eq!(i64::from_be_bytes(end[0][..].try_into().unwrap()), -1);
+    assert!(end[1].is_empty());
     node.assert_serving(4242);
 }
 

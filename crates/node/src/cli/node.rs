@@ -5,7 +5,7 @@
 //! 2. create the data directory, bind the HTTP listener, print
 //!    `kvfabric node n<ID> listening on http://IP:PORT` on stdout;
 //! 3. advance the event epoch (`data_dir/events.epoch`) and bind the configured ZeroMQ event
-//!    sockets (a port in use ends the process with exit 1);
+//!    sockets (an unreadable epoch file or a port in use ends the process with exit 1);
 //! 4. open the store in the background (disk recovery may take a while): `/healthz` answers at
 //!    once, `/readyz` and the block routes answer 503 `not_ready` until it is open;
 //!    once open, announce the epoch and what was recovered on the event stream;

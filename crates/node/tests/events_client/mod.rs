@@ -34,7 +34,7 @@ pub fn open(
 ) -> Result<Sse, (u16, Json)> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
-        .timeout_global(Some(EVENT_TIMEOUT * 2))
+        .timeout_global(Some(EVENT_TIMEOUT * 6))
         .build()
         .into();
     let mut r = agent.get(format!("{url}/v1/events{query}"));
