@@ -30,6 +30,9 @@ pub(crate) use put::{PutError, PutSession};
 use crate::events::{EventKind, EventLog};
 use crate::ids::ChunkKey;
 
+/// Most block ids in one `Stored` event of an epoch's announcement (more make more events).
+pub(crate) const ANNOUNCE_IDS_MAX: usize = 1024;
+
 /// What the local side can fail at.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LocalError {
@@ -272,7 +275,8 @@ impl LocalNode {
     }
 
     /// Attaches the event log and publishes its epoch's first batch: the epoch, then what is
-    /// held now (recovered from disk), one `Stored` per namespace and tier. Atomic with respect
+    /// held now (recovered from disk), `Stored` events per namespace and tier (at most
+    /// [`ANNOUNCE_IDS_MAX`] ids each). Atomic with respect
     /// to every other change, so no change is missing from or duplicated in the stream.
     pub(crate) fn attach_events(&self, log: Arc<EventLog>) -> Result<(), LocalError> {
         self.with(|l| {
@@ -284,15 +288,16 @@ impl LocalNode {
             }
             let mut events = vec![EventKind::Epoch];
             for ((ns, tier), mut ids) in groups {
-                let namespace = NamespaceKey(ns);
                 ids.sort();
-                events.push(EventKind::Stored {
-                    namespace,
-                    tier,
-                    ids,
-                    chunk_key: None,
-                    block_tokens: 0,
-                });
+                for part in ids.chunks(ANNOUNCE_IDS_MAX) {
+                    events.push(EventKind::Stored {
+                        namespace: NamespaceKey(ns),
+                        tier,
+                        ids: part.to_vec(),
+                        chunk_key: None,
+                        block_tokens: 0,
+                    });
+                }
             }
             log.publish(events);
             l.events = Some(log);
