@@ -1,7 +1,8 @@
 //! The vLLM-compatible ZeroMQ event stream on real node processes: a test consumer subscribes
 //! to the PUB socket, decodes the msgpack batches into typed events, fills what it missed
 //! through the ROUTER replay socket, and rebuilds a node's state, across a restart too (a new
-//! epoch: sequence numbers from 0, `AllBlocksCleared` first).
+//! epoch: sequence numbers from 0, `AllBlocksCleared` first), and a bad `[events]` config or a
+//! taken port stopping the node with its reason.
 
 mod common;
 mod events_client;
@@ -213,4 +214,48 @@ fn a_restarted_node_announces_a_new_epoch_and_consumers_rebuild_its_state() {
     for id in &ids[..2] {
         assert_eq!(node.get(None, &format!("/v1/blocks/{id}"), &[]).status, 200);
     }
+}
+
+/// Runs `kvfabric node` on `events` (a minimal config otherwise) until it exits.
+fn run_with_events(events: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("node.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[node]\nid = 1\nhttp_listen = \"127.0.0.1:0\"\ndata_dir = \"data\"\n\n\
+             [tiers]\nhost_bytes = \"16 MiB\"\n\n[events]\n{events}\n"
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kvfabric"))
+        .args(["node", "--config"])
+        .arg(&config)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_bad_events_config_or_a_taken_port_stops_the_node_with_a_reason() {
+    let (code, err) = run_with_events("zmq_pub = \"tcp://*:5557\"");
+    assert_eq!(code, Some(3), "{err}");
+    assert!(
+        err.contains("events.zmq_pub") && err.contains("tcp://IP:PORT"),
+        "{err}"
+    );
+    let (code, err) = run_with_events("ring_batches = 0");
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("events.ring_batches"), "{err}");
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let (code, err) = run_with_events(&format!("zmq_pub = \"tcp://127.0.0.1:{port}\""));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("binding events.zmq_pub"), "{err}");
 }
