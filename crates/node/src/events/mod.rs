@@ -236,6 +236,11 @@ impl EventLog {
         self.ring.lock().unwrap_or_else(|p| p.into_inner()).next_seq
     }
 
+    /// Changes to `true` when the log closes (for tasks that only need to know when to stop).
+    pub(crate) fn closed(&self) -> watch::Receiver<bool> {
+        self.closed.subscribe()
+    }
+
     /// Ends every subscription (at shutdown).
     pub(crate) fn close(&self) {
         let _ = self.closed.send(true);

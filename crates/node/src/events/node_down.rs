@@ -23,13 +23,13 @@ pub(crate) const POLL: Duration = Duration::from_millis(200);
 /// Starts the watcher; it ends when the log closes.
 pub(crate) fn spawn(cluster: Arc<Cluster>, log: Arc<EventLog>) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut closed = match log.subscribe(None) {
-            Ok(s) => s.closed,
-            Err(_) => return,
-        };
+        let mut closed = log.closed();
         let mut seen: HashMap<u64, (u64, bool)> = HashMap::new();
         let mut first = true;
         loop {
+            if *closed.borrow() {
+                return;
+            }
             let now: Vec<(u64, u64, bool)> = cluster.directory.view().read(|s| {
                 s.nodes()
                     .map(|(id, r)| (id.0, r.epoch.0, r.liveness == Liveness::Live))
