@@ -128,10 +128,10 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
             )));
         }
         Some(Ok((local, recovery))) => {
-            if let Err(e) = local.attach_events(event_log.clone()) {
-                tracing::error!(error = %e, "announcing the event epoch failed");
+            match local.attach_events(event_log.clone()) {
+                Ok(()) => tracing::info!(epoch, "events: epoch announced"),
+                Err(e) => tracing::error!(error = %e, "announcing the event epoch failed"),
             }
-            tracing::info!(epoch, "events: epoch announced");
             let _ = app.local.set(local);
             tracing::info!(
                 recovered = recovery.held,

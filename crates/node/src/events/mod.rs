@@ -6,9 +6,11 @@
 //! one epoch), a broadcast to live subscribers, and the node's epoch ([`epoch`]): a counter
 //! persisted in `data_dir` that grows on every start. Sequence numbers restart at 0 with each
 //! epoch (as a restarted vLLM engine's do); the first batch of an epoch (seq 0) announces it:
-//! an [`EventKind::Epoch`] (`AllBlocksCleared` on the ZeroMQ wire) followed by one
-//! [`EventKind::Stored`] per tier and namespace for the blocks recovered from disk, so a
+//! an [`EventKind::Epoch`] (`AllBlocksCleared` on the ZeroMQ wire) followed by
+//! [`EventKind::Stored`] events per tier and namespace for the blocks recovered from disk, so a
 //! consumer that drops its state for the node on that batch ends up with the node's state.
+//! On a cluster node, [`node_down`] adds an [`EventKind::NodeDown`] when a member's lease
+//! expires in the directory.
 
 pub(crate) mod epoch;
 mod metrics;
