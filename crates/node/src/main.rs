@@ -1,8 +1,8 @@
 //! `kvfabric`: the node binary and its command line.
 //!
 //! Owns: composing the store, the directory and the transport into a node (`cluster`),
-//! serving the HTTP API (`http`), the node config (`config`), the one-shot client commands and
-//! the operator commands (`cli`).
+//! serving the HTTP API (`http`), the KV event stream (`events`), the node config (`config`),
+//! the one-shot client commands and the operator commands (`cli`).
 //!
 //! Must never: serve bytes that the store has not verified against the id asked for; let one
 //! tenant read, look up or detect another tenant's blocks; hold the store lock across network
@@ -11,6 +11,7 @@
 mod cli;
 mod cluster;
 mod config;
+mod events;
 mod http;
 mod ids;
 mod local;

@@ -83,7 +83,7 @@ fn processes_under(dir: &Path) -> Vec<String> {
                 s.rsplit_once(')')
                     .and_then(|(_, r)| r.split_whitespace().next().map(str::to_owned))
             })
-            .map_or(true, |st| st == "Z" || st == "X");
+            .is_none_or(|st| st == "Z" || st == "X");
         if !zombie && cmdline.windows(want.len()).any(|w| w == want) {
             out.push(format!("{name}: {}", String::from_utf8_lossy(&cmdline)));
         }

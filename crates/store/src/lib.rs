@@ -36,7 +36,7 @@ pub use handle::{Handle, RegionIndex, Tier};
 pub use id::{Blake3Ids, BlockId, IdHasher, IdStream, NamespaceKey, StreamingId};
 pub use store::{
     Dedup, Draft, GpuConfig, PutForm, Reservation, Sealed, SlotId, Store, StoreConfig,
-    StoreCounters, TierUsage,
+    StoreCounters, TierMove, TierUsage,
 };
 pub use tier::TierBackend;
 pub use units::{ByteCount, TokenCount};

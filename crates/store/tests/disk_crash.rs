@@ -24,7 +24,7 @@ const CHILD_WRITES_MAX: u64 = 10_000;
 /// Block `i`: every fourth one a 4.5 MiB DeepSeek-V3 block, the others 64 KiB to ~1 MiB.
 fn gen(i: u64) -> (BlockId, NamespaceKey, Vec<u8>) {
     let ns = NamespaceKey::derive("crash");
-    let len = if i % 4 == 0 {
+    let len = if i.is_multiple_of(4) {
         4_718_592
     } else {
         65_536 + (i as usize * 104_729) % 1_000_000

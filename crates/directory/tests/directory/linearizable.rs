@@ -53,7 +53,7 @@ async fn concurrent_writes_and_linearizable_reads_are_linearizable() -> anyhow::
                 tokio::time::sleep(Duration::from_millis(20 + xorshift(&mut rng) % 60)).await;
                 let d = &members[(xorshift(&mut rng) % members.len() as u64) as usize];
                 let key = xorshift(&mut rng) % KEYS;
-                if xorshift(&mut rng) % 2 == 0 {
+                if xorshift(&mut rng).is_multiple_of(2) {
                     let v = u64::from(client + 1) * 1_000 + op;
                     let h = history.invoke(client, key, Call::Write(v));
                     let batch = OwnershipBatch::claim(

@@ -4,12 +4,15 @@
 //! 1. load and validate the config (exit 3 naming file, key and reason);
 //! 2. create the data directory, bind the HTTP listener, print
 //!    `kvfabric node n<ID> listening on http://IP:PORT` on stdout;
-//! 3. open the store in the background (disk recovery may take a while): `/healthz` answers at
+//! 3. advance the event epoch (`data_dir/events.epoch`) and bind the configured ZeroMQ event
+//!    sockets (an unreadable epoch file or a port in use ends the process with exit 1);
+//! 4. open the store in the background (disk recovery may take a while): `/healthz` answers at
 //!    once, `/readyz` and the block routes answer 503 `not_ready` until it is open;
-//! 4. with a `[cluster]` section: start the block transport, the Raft endpoint and the
+//!    once open, announce the epoch and what was recovered on the event stream;
+//! 5. with a `[cluster]` section: start the block transport, the Raft endpoint and the
 //!    directory member, then join in the background (`/readyz` answers 503 until joined and
 //!    caught up); a missing certificate or a port in use ends the process with exit 1;
-//! 5. serve until SIGINT or SIGTERM, then drain requests in flight, stop the cluster side and
+//! 6. serve until SIGINT or SIGTERM, then drain requests in flight, stop the cluster side and
 //!    exit 0.
 //!
 //! A store that cannot open (a locked or unreadable data directory, an unavailable GPU) ends
@@ -25,6 +28,7 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::cluster::Cluster;
 use crate::config::{self, Loaded};
+use crate::events::{self, EventLog};
 use crate::http::metrics::Metrics;
 use crate::http::tenancy::Tenancy;
 use crate::http::{router, serve, App};
@@ -70,17 +74,29 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
 
     let tenancy = Tenancy::new(&config.namespaces, &config.tenants);
     let namespaces = tenancy.keys();
+    let metrics = Metrics::new(config.node_id);
+    let epoch = events::epoch::next_epoch(&config.data_dir).context("advancing the event epoch")?;
+    let event_log = Arc::new(EventLog::new(
+        config.node_id,
+        epoch,
+        config.events.ring_batches,
+        metrics.events.clone(),
+    ));
+    let zmq = events::zmq::start(event_log.clone(), &config.events).await?;
     let app = Arc::new(App {
         node_id: config.node_id,
         api: api.clone(),
         catalog,
         tenancy,
         limits: config.limits.clone(),
-        metrics: Metrics::new(config.node_id),
+        metrics,
         local: OnceLock::new(),
         inflight: Arc::new(Semaphore::new(config.limits.max_inflight_requests as usize)),
         cluster: OnceLock::new(),
         clustered: config.cluster.is_some(),
+        events: event_log.clone(),
+        sse_slots: Arc::new(Semaphore::new(config.events.max_sse_subscribers as usize)),
+        sse_max: config.events.max_sse_subscribers,
     });
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let server = {
@@ -112,6 +128,10 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
             )));
         }
         Some(Ok((local, recovery))) => {
+            match local.attach_events(event_log.clone()) {
+                Ok(()) => tracing::info!(epoch, "events: epoch announced"),
+                Err(e) => tracing::error!(error = %e, "announcing the event epoch failed"),
+            }
             let _ = app.local.set(local);
             tracing::info!(
                 recovered = recovery.held,
@@ -129,6 +149,7 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
                 {
                     Ok(c) => {
                         c.run_membership(app.clone());
+                        events::node_down::spawn(c.clone(), event_log.clone());
                         let _ = app.cluster.set(c);
                     }
                     Err(e) => result = Err(anyhow::Error::new(e).context("joining the cluster")),
@@ -144,6 +165,10 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
         }
     }
     tracing::info!("shutting down");
+    event_log.close();
+    if let Some(z) = &zmq {
+        z.abort();
+    }
     if let Some(c) = app.cluster.get() {
         c.shutdown().await;
     }

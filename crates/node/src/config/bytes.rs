@@ -44,7 +44,7 @@ impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match UNITS
             .iter()
-            .find(|(_, m)| *m > 1 && self.0 >= *m && self.0 % m == 0)
+            .find(|(_, m)| *m > 1 && self.0 >= *m && self.0.is_multiple_of(*m))
         {
             Some((u, m)) => write!(f, "{} {u} ({} B)", self.0 / m, self.0),
             None => write!(f, "{} B", self.0),

@@ -40,6 +40,9 @@
 //! token = "…"                       # bearer token, 16 to 256 visible ASCII characters
 //! namespace = "team-a"              # a declared namespace: this token reads and writes it
 //!
+//! [events]                          # optional, every key optional; see events.rs
+//! zmq_pub = "tcp://127.0.0.1:5557"  # vLLM-compatible ZeroMQ PUB socket; off by default
+//!
 //! [cluster]                         # optional: standalone without it; every key in cluster.rs
 //! certs_dir = "/tmp/kvfabric/certs" # from `kvfabric certs --out DIR --nodes N`
 //! replication = 2                   # optional: copies a put waits for
@@ -52,6 +55,7 @@
 
 mod bytes;
 mod cluster;
+mod events;
 mod raw;
 mod validate;
 
@@ -65,6 +69,7 @@ use crate::ids::NodeId;
 use crate::presets::Catalog;
 
 pub(crate) use cluster::{ClusterConfig, Member};
+pub(crate) use events::EventsConfig;
 
 /// Largest config file read, in bytes.
 pub(crate) const CONFIG_FILE_BYTES_MAX: u64 = 1 << 20;
@@ -92,6 +97,8 @@ pub(crate) struct NodeConfig {
     pub(crate) tenants: Vec<TenantDecl>,
     /// The cluster this node is a member of; `None`: standalone.
     pub(crate) cluster: Option<ClusterConfig>,
+    /// The event stream (`[events]`).
+    pub(crate) events: EventsConfig,
 }
 
 /// Bounds on what the HTTP API accepts.

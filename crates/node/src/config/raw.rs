@@ -24,6 +24,8 @@ pub(crate) struct RawConfig {
     pub(crate) tenants: Vec<RawTenant>,
     #[serde(default)]
     pub(crate) cluster: Option<RawCluster>,
+    #[serde(default)]
+    pub(crate) events: RawEvents,
 }
 
 /// `[node]`.
@@ -148,4 +150,15 @@ pub(crate) struct RawMember {
     pub(crate) api: String,
     pub(crate) transport: String,
     pub(crate) raft: String,
+}
+
+/// `[events]`; every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawEvents {
+    pub(crate) zmq_pub: Option<String>,
+    pub(crate) zmq_replay: Option<String>,
+    pub(crate) ring_batches: Option<u64>,
+    pub(crate) max_sse_subscribers: Option<u32>,
+    pub(crate) topic: Option<String>,
 }

@@ -122,6 +122,7 @@ impl Check<'_> {
             None => None,
             Some(c) => Some(self.cluster(node_id, c)?),
         };
+        let events = self.events(node_id, raw.events)?;
         let config = NodeConfig {
             file: self.file.to_owned(),
             node_id,
@@ -138,6 +139,7 @@ impl Check<'_> {
             namespaces,
             tenants,
             cluster,
+            events,
         };
         Ok(Loaded { config, catalog })
     }

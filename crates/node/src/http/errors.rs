@@ -142,6 +142,19 @@ pub(crate) enum ApiError {
     /// The node failed (details in its log).
     #[error("internal error (see the node's log)")]
     Internal,
+    /// `GET /v1/events` from a sequence number no longer buffered.
+    #[error("events from seq {since} of epoch {epoch} are no longer buffered; the oldest available is {oldest}")]
+    ReplayGap {
+        /// The sequence number asked for.
+        since: u64,
+        /// The oldest buffered one.
+        oldest: u64,
+        /// The node's current epoch.
+        epoch: u64,
+    },
+    /// `GET /v1/events` beyond `events.max_sse_subscribers` open streams.
+    #[error("the node is at its limit of {0} event streams; retry later")]
+    TooManySubscribers(u32),
 }
 
 impl ApiError {
@@ -172,7 +185,9 @@ impl ApiError {
             | NotReady
             | ClusterNotReady(_)
             | ReplicationIncomplete { .. }
-            | DirectoryUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            | DirectoryUnavailable(_)
+            | TooManySubscribers(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ReplayGap { .. } => StatusCode::GONE,
             StoreFull(_) => StatusCode::INSUFFICIENT_STORAGE,
             UnknownGeometry | Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -210,6 +225,8 @@ impl ApiError {
             StoreFull(_) => "store_full",
             UnknownGeometry => "unknown_geometry",
             Internal => "internal",
+            ReplayGap { .. } => "replay_gap",
+            TooManySubscribers(_) => "too_many_subscribers",
         }
     }
 
@@ -279,7 +296,10 @@ impl IntoResponse for ApiError {
             ApiError::MissingToken | ApiError::InvalidToken => {
                 h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
-            ApiError::Overloaded(_) | ApiError::NotReady | ApiError::ClusterNotReady(_) => {
+            ApiError::Overloaded(_)
+            | ApiError::NotReady
+            | ApiError::ClusterNotReady(_)
+            | ApiError::TooManySubscribers(_) => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             _ => {}

@@ -26,6 +26,7 @@
 //! | `kvfabric_raft_state` | gauge | stat: `term`, `is_leader`, `last_applied`, `last_log`, `epoch`, `members_healthy`, `rpc_ok`, `rpc_failed`, `rpc_served` (cluster nodes) |
 //! | `kvfabric_transport` | gauge | stat: the block transport's counters, e.g. `fetches_ok`, `verify_failures`, `bytes_in` (cluster nodes) |
 //! | `kvfabric_repair` | gauge | stat: `passes`, `under_replicated` (held blocks, last pass), `copies_made`, `copies_missing` (cluster nodes) |
+//! | `kvfabric_events_*`, `kvfabric_event_*` | counter, gauge | the event log's (see `events::metrics`) |
 
 use std::borrow::Cow;
 use std::sync::Mutex;
@@ -113,6 +114,8 @@ pub(crate) struct Metrics {
     raft: Family<StatLabels, Gauge>,
     transport: Family<StatLabels, Gauge>,
     repair: Family<StatLabels, Gauge>,
+    /// The event log's series (`crate::events`).
+    pub(crate) events: crate::events::EventMetrics,
 }
 
 impl Metrics {
@@ -139,7 +142,9 @@ impl Metrics {
             raft: Family::default(),
             transport: Family::default(),
             repair: Family::default(),
+            events: crate::events::EventMetrics::default(),
         };
+        m.events.register(&mut r);
         r.register(
             "http_requests",
             "HTTP requests by route, method and status",

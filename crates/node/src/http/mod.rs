@@ -19,6 +19,7 @@ use tokio::sync::Semaphore;
 
 use crate::cluster::Cluster;
 use crate::config::Limits;
+use crate::events::EventLog;
 use crate::ids::NodeId;
 use crate::local::LocalNode;
 use crate::presets::Catalog;
@@ -50,6 +51,12 @@ pub(crate) struct App {
     pub(crate) cluster: OnceLock<Arc<Cluster>>,
     /// Whether the node was configured as a cluster member (then readiness waits for it).
     pub(crate) clustered: bool,
+    /// The node's KV event log.
+    pub(crate) events: Arc<EventLog>,
+    /// Permits for open `GET /v1/events` streams (`events.max_sse_subscribers`).
+    pub(crate) sse_slots: Arc<Semaphore>,
+    /// `events.max_sse_subscribers`.
+    pub(crate) sse_max: u32,
 }
 
 /// The shared state of the router.

@@ -24,6 +24,7 @@ pub(crate) fn route_label(path: &str) -> &'static str {
         "/v1/lookup" => "/v1/lookup",
         "/v1/models" => "/v1/models",
         "/v1/cluster" => "/v1/cluster",
+        "/v1/events" => "/v1/events",
         "/metrics" => "/metrics",
         "/healthz" => "/healthz",
         "/readyz" => "/readyz",

@@ -68,9 +68,11 @@ impl Held {
             .filter_map(|((_, id), b)| b.slots.first().map(|s| (*id, *s)))
     }
 
-    /// Every held `(namespace, id)`.
-    pub(crate) fn keys(&self) -> impl Iterator<Item = (NamespaceKey, BlockId)> + '_ {
-        self.map.keys().copied()
+    /// Every held block with its namespace and first slot.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (NamespaceKey, BlockId, SlotId)> + '_ {
+        self.map
+            .iter()
+            .filter_map(|((ns, id), b)| b.slots.first().map(|s| (*ns, *id, *s)))
     }
 
     /// Blocks held.

@@ -6,12 +6,17 @@
 //! runs inside [`tokio::task::block_in_place`] because a store call may read or write the disk
 //! tier. The cluster path wraps this type (remote fetches on a local miss, ownership records on
 //! put) rather than changing it.
+//!
+//! Once the node's event log is attached ([`LocalNode::attach_events`]), every change of what
+//! is held is published under the same lock: a block newly held (put, install), released
+//! (delete) or forgotten (its slots quarantined), and a held block's tier moves (the store
+//! records them; they are taken at the end of every call).
 
 mod chunks;
 mod held;
 mod put;
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use kvfabric_store::{
     BlockId, NamespaceKey, Store, StoreConfig, StoreCounters, StoreError, Tier, TierUsage,
@@ -22,7 +27,11 @@ pub(crate) use chunks::ChunkIndex;
 pub(crate) use held::Held;
 pub(crate) use put::{PutError, PutSession};
 
+use crate::events::{EventKind, EventLog};
 use crate::ids::ChunkKey;
+
+/// Most block ids in one `Stored` event of an epoch's announcement (more make more events).
+pub(crate) const ANNOUNCE_IDS_MAX: usize = 1024;
 
 /// What the local side can fail at.
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +85,9 @@ pub(crate) struct Local {
     pub(crate) held: Held,
     /// Chunk keys put on this node.
     pub(crate) chunks: ChunkIndex,
+    /// The node's event log, once attached: every change of what is held is published to it
+    /// under this lock, so events are in the order of the changes.
+    pub(crate) events: Option<Arc<EventLog>>,
 }
 
 /// The local side of a node.
@@ -110,6 +122,7 @@ impl LocalNode {
             store,
             held,
             chunks: ChunkIndex::default(),
+            events: None,
         };
         Ok((
             LocalNode {
@@ -128,7 +141,12 @@ impl LocalNode {
         &self,
         f: impl FnOnce(&mut Local) -> Result<R, LocalError>,
     ) -> Result<R, LocalError> {
-        block_in_place(|| f(&mut *self.lock()?))
+        block_in_place(|| {
+            let mut l = self.lock()?;
+            let r = f(&mut l);
+            l.publish_moves();
+            r
+        })
     }
 
     /// Reads `id` from the first namespace of `read` that holds it: the whole verified block
@@ -225,8 +243,19 @@ impl LocalNode {
         self.with(|l| {
             let s = l.store.install(block)?;
             let tier = l.store.handle(s.slot)?.tier;
-            if !l.held.insert(block.namespace(), s.id, s.slot) {
+            let ns = block.namespace();
+            let newly = !l.held.contains(&ns, &s.id);
+            if !l.held.insert(ns, s.id, s.slot) {
                 l.store.release(s.slot)?;
+            }
+            if newly {
+                l.emit(EventKind::Stored {
+                    namespace: ns,
+                    tier,
+                    ids: vec![s.id],
+                    chunk_key: None,
+                    block_tokens: 0,
+                });
             }
             Ok(tier)
         })
@@ -248,9 +277,41 @@ impl LocalNode {
     /// Every `(namespace, id)` this node holds, in a stable order (for re-replication).
     pub(crate) fn held_keys(&self) -> Result<Vec<(NamespaceKey, BlockId)>, LocalError> {
         self.with(|l| {
-            let mut keys: Vec<_> = l.held.keys().collect();
+            let mut keys: Vec<_> = l.held.iter().map(|(ns, id, _)| (ns, id)).collect();
             keys.sort_unstable_by_key(|(ns, id)| (id.0, ns.0));
             Ok(keys)
+        })
+    }
+
+    /// Attaches the event log and publishes its epoch's first batch: the epoch, then what is
+    /// held now (recovered from disk), `Stored` events per namespace and tier (at most
+    /// [`ANNOUNCE_IDS_MAX`] ids each). Atomic with respect
+    /// to every other change, so no change is missing from or duplicated in the stream.
+    pub(crate) fn attach_events(&self, log: Arc<EventLog>) -> Result<(), LocalError> {
+        self.with(|l| {
+            let mut groups: std::collections::BTreeMap<([u8; 32], Tier), Vec<BlockId>> =
+                std::collections::BTreeMap::new();
+            for (ns, id, slot) in l.held.iter() {
+                let tier = l.store.handle(slot)?.tier;
+                groups.entry((ns.0, tier)).or_default().push(id);
+            }
+            let mut events = vec![EventKind::Epoch];
+            for ((ns, tier), mut ids) in groups {
+                ids.sort();
+                for part in ids.chunks(ANNOUNCE_IDS_MAX) {
+                    events.push(EventKind::Stored {
+                        namespace: NamespaceKey(ns),
+                        tier,
+                        ids: part.to_vec(),
+                        chunk_key: None,
+                        block_tokens: 0,
+                    });
+                }
+            }
+            log.publish(events);
+            l.events = Some(log);
+            l.store.record_moves(true);
+            Ok(())
         })
     }
 
@@ -268,6 +329,40 @@ impl LocalNode {
 }
 
 impl Local {
+    /// Publishes the tier moves of held blocks the last store call made (demotions,
+    /// promotions) as one batch: each a `Removed` from the old tier and a `Stored` in the new.
+    fn publish_moves(&mut self) {
+        let Some(log) = &self.events else {
+            return;
+        };
+        let mut events = Vec::new();
+        for m in self.store.take_moves() {
+            if !self.held.contains(&m.namespace, &m.id) {
+                continue;
+            }
+            events.push(EventKind::Removed {
+                namespace: m.namespace,
+                tier: Some(m.from),
+                ids: vec![m.id],
+            });
+            events.push(EventKind::Stored {
+                namespace: m.namespace,
+                tier: m.to,
+                ids: vec![m.id],
+                chunk_key: None,
+                block_tokens: 0,
+            });
+        }
+        log.publish(events);
+    }
+
+    /// Publishes one event as its own batch (nothing before the log is attached).
+    pub(crate) fn emit(&self, event: EventKind) {
+        if let Some(log) = &self.events {
+            log.publish(vec![event]);
+        }
+    }
+
     /// The namespace of `read` holding `id`, probing all of them.
     fn find(&self, read: &[NamespaceKey], id: &BlockId) -> Option<NamespaceKey> {
         let mut found = None;
@@ -285,6 +380,16 @@ impl Local {
             return Ok(());
         };
         self.chunks.forget(ns, &block.chunk_keys);
+        let tier = block
+            .slots
+            .first()
+            .and_then(|s| self.store.handle(*s).ok())
+            .map(|h| h.tier);
+        self.emit(EventKind::Removed {
+            namespace: *ns,
+            tier,
+            ids: vec![*id],
+        });
         for slot in block.slots {
             match self.store.release(slot) {
                 Ok(_) => {
@@ -302,6 +407,11 @@ impl Local {
     fn forget(&mut self, ns: &NamespaceKey, id: &BlockId) {
         if let Some(block) = self.held.remove(ns, id) {
             self.chunks.forget(ns, &block.chunk_keys);
+            self.emit(EventKind::Removed {
+                namespace: *ns,
+                tier: None,
+                ids: vec![*id],
+            });
         }
     }
 }

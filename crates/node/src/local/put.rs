@@ -10,6 +10,7 @@ use kvfabric_store::{
 };
 
 use super::{LocalError, LocalNode};
+use crate::events::EventKind;
 use crate::ids::ChunkKey;
 
 /// Why a put's body was refused.
@@ -115,11 +116,21 @@ impl<'a> PutSession<'a> {
         let sealed = self.node.with(|l| {
             let s = l.store.seal_reserved(r, &ns, geometry, form)?;
             let tier = l.store.handle(s.slot)?.tier;
+            let newly = !l.held.contains(&ns, &s.id);
             if !l.held.insert(ns, s.id, s.slot) {
                 l.store.release(s.slot)?;
             }
             if let Some(k) = chunk_key {
                 l.chunks.record(&mut l.held, ns, k, s.id);
+            }
+            if newly {
+                l.emit(EventKind::Stored {
+                    namespace: ns,
+                    tier,
+                    ids: vec![s.id],
+                    chunk_key,
+                    block_tokens: geometry.block_tokens(),
+                });
             }
             Ok(Sealed {
                 id: s.id,

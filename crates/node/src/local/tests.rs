@@ -168,3 +168,69 @@ fn blocks_on_disk_are_held_again_after_reopening() {
     assert!(node.get(&[a], &ids[2]).unwrap().is_none());
     assert!(node.get(&[b], &ids[1]).unwrap().is_none());
 }
+
+#[test]
+fn attaching_events_announces_the_epoch_and_what_is_held_then_publishes_changes() {
+    use crate::events::{EventKind, EventLog, EventMetrics};
+    let g = tiny();
+    let a = NamespaceKey::derive("a");
+    let n = ANNOUNCE_IDS_MAX + 6;
+    let (node, _) = LocalNode::open(StoreConfig::host_only(ByteCount(16 << 20)), &[a]).unwrap();
+    let mut held = Vec::new();
+    for i in 0..n {
+        let mut bytes = payload(&g, 1);
+        bytes[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        held.push(put(&node, a, &g, &bytes, None).id);
+    }
+    held.sort();
+    held.dedup();
+    assert_eq!(held.len(), n);
+
+    let log = std::sync::Arc::new(EventLog::new(
+        crate::ids::NodeId(1),
+        4,
+        16,
+        EventMetrics::default(),
+    ));
+    node.attach_events(log.clone()).unwrap();
+    let first = &log.buffered_from(0)[0];
+    assert_eq!(first.seq, 0);
+    assert_eq!(first.events[0], EventKind::Epoch);
+    let mut announced = Vec::new();
+    for e in &first.events[1..] {
+        let EventKind::Stored { ids, tier, .. } = e else {
+            panic!("{e:?}")
+        };
+        assert!(ids.len() <= ANNOUNCE_IDS_MAX);
+        assert_eq!(*tier, Tier::Host);
+        announced.extend_from_slice(ids);
+    }
+    assert_eq!(first.events.len(), 3, "1 epoch + 1024 ids + the rest");
+    assert_eq!(announced, held);
+
+    // Changes after attaching are published in order, one batch each.
+    let fresh = put(&node, a, &g, &payload(&g, 9), None).id;
+    assert_eq!(node.delete(&a, &[a], &fresh).unwrap(), Deleted::Released);
+    let rest: Vec<Vec<EventKind>> = log
+        .buffered_from(1)
+        .iter()
+        .map(|b| b.events.clone())
+        .collect();
+    assert_eq!(
+        rest,
+        [
+            vec![EventKind::Stored {
+                namespace: a,
+                tier: Tier::Host,
+                ids: vec![fresh],
+                chunk_key: None,
+                block_tokens: g.block_tokens(),
+            }],
+            vec![EventKind::Removed {
+                namespace: a,
+                tier: Some(Tier::Host),
+                ids: vec![fresh],
+            }],
+        ]
+    );
+}

@@ -14,6 +14,7 @@
 
 mod counters;
 mod draft;
+mod moves;
 mod placement;
 mod read;
 mod refs;
@@ -33,6 +34,7 @@ use crate::units::ByteCount;
 
 pub use counters::StoreCounters;
 pub use draft::Draft;
+pub use moves::TierMove;
 pub use reserve::Reservation;
 pub use seal::{Dedup, PutForm, Sealed};
 
@@ -114,6 +116,8 @@ pub struct Store {
     by_id: HashMap<(NamespaceKey, BlockId), Vec<SlotId>>,
     next_slot: u64,
     counters: StoreCounters,
+    /// Tier moves recorded for the owner (`None`: not recording; see [`Store::record_moves`]).
+    moves: Option<Vec<TierMove>>,
 }
 
 #[cfg(feature = "cuda")]
@@ -192,6 +196,7 @@ impl Store {
             by_id: HashMap::new(),
             next_slot: 1,
             counters: StoreCounters::default(),
+            moves: None,
         };
         for entry in recovered {
             store.add_slot(entry.id, entry.namespace, entry.handle, 1);

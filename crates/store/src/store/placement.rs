@@ -164,6 +164,13 @@ impl Store {
             p.insert(slot, handle.len.0);
         }
         self.slot_mut(slot)?.handle = handle;
+        self.note_move(super::TierMove {
+            slot,
+            id: s.id,
+            namespace: s.namespace,
+            from: s.handle.tier,
+            to: handle.tier,
+        });
         Ok(())
     }
 

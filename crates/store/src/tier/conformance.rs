@@ -11,7 +11,7 @@ use crate::units::ByteCount;
 
 /// A deterministic block of `len` bytes in one of two namespaces (by seed parity), with its id.
 pub fn block(seed: u64, len: usize) -> (BlockId, NamespaceKey, Vec<u8>) {
-    let ns = NamespaceKey::derive(if seed % 2 == 0 {
+    let ns = NamespaceKey::derive(if seed.is_multiple_of(2) {
         "tenant-a"
     } else {
         "tenant-b"

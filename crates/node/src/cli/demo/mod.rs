@@ -321,7 +321,7 @@ fn none_running(dir: &Path) -> anyhow::Result<()> {
                 s.rsplit_once(')')
                     .and_then(|(_, r)| r.split_whitespace().next().map(str::to_owned))
             })
-            .map_or(true, |state| state == "Z" || state == "X");
+            .is_none_or(|state| state == "Z" || state == "X");
         if names_config && !zombie {
             left.push(pid.to_string());
         }

@@ -118,12 +118,13 @@ impl Workload {
                 let mut kinds = vec![ChunkKind::System];
                 tokens
                     .extend(Rng::new(seed, TAG_PREAMBLE, i as u64).tokens(preamble_chunks * block));
-                kinds.extend(std::iter::repeat(ChunkKind::Preamble).take(preamble_chunks));
+                kinds.extend(std::iter::repeat_n(ChunkKind::Preamble, preamble_chunks));
                 for d in &order {
                     tokens.extend_from_slice(&doc_tokens[*d]);
-                    kinds.extend(
-                        std::iter::repeat(ChunkKind::Document).take(doc_tokens[*d].len() / block),
-                    );
+                    kinds.extend(std::iter::repeat_n(
+                        ChunkKind::Document,
+                        doc_tokens[*d].len() / block,
+                    ));
                 }
                 tokens.extend(Rng::new(seed, TAG_QUESTION, i as u64).tokens(block));
                 kinds.push(ChunkKind::Question);

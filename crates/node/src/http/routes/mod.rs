@@ -9,6 +9,7 @@
 //! | `POST /v1/lookup` | 200 results | 400, 401, 403, 408, 413 |
 //! | `GET /v1/models` | 200 presets | 401 |
 //! | `GET /v1/cluster` | 200 members | 401 |
+//! | `GET /v1/events` (`?since=SEQ`, `Last-Event-ID`) | 200 `text/event-stream` | 400, 401, 403, 410 `replay_gap`, 503 `too_many_subscribers` |
 //! | `GET /metrics` | 200 OpenMetrics text | |
 //! | `GET /healthz` | 200 while the process serves | |
 //! | `GET /readyz` | 200 once the store is open | 503 `not_ready` |
@@ -27,6 +28,7 @@
 //! token; everything under `/v1` does when the node has tenants.
 
 mod blocks;
+mod events;
 mod info;
 mod lookup;
 mod put;
@@ -50,6 +52,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/lookup", post(lookup::lookup))
         .route("/v1/models", get(info::models))
         .route("/v1/cluster", get(info::cluster))
+        .route("/v1/events", get(events::events))
         .route("/metrics", get(info::metrics))
         .route("/healthz", get(info::healthz))
         .route("/readyz", get(info::readyz))

@@ -38,7 +38,7 @@ impl Check<'_> {
     }
 
     pub(super) fn even(&self, v: u32, key: &str) -> Result<u32, ConfigError> {
-        if v % 2 != 0 {
+        if !v.is_multiple_of(2) {
             return Err(self.err(
                 key,
                 format!("RoPE dims rotate in pairs, so the count must be even, found {v}"),
@@ -72,7 +72,7 @@ impl Check<'_> {
     /// A row of `dims` elements of `dtype` must be a whole number of bytes (FP4: even dims).
     pub(crate) fn whole_row(&self, dtype: Dtype, dims: u32, key: &str) -> Result<(), ConfigError> {
         let bits = u64::from(dims) * dtype.bits();
-        if bits % 8 != 0 {
+        if !bits.is_multiple_of(8) {
             return Err(self.err(
                 key,
                 format!(
@@ -165,8 +165,8 @@ impl Check<'_> {
         let split = match &g.attention {
             Attention::Hybrid(h)
                 if found == 0
-                    || found % h.csa_compression != 0
-                    || found % h.hca_compression != 0 =>
+                    || !found.is_multiple_of(h.csa_compression)
+                    || !found.is_multiple_of(h.hca_compression) =>
             {
                 format!(
                     "a block of {found} tokens is not a multiple of both compressions (k1 = {}, k2 = {}) and would split a group; ",

@@ -79,7 +79,7 @@ impl Check<'_> {
         }
         // With k2 a multiple of k1 the block, lcm(k1, k2) = k2, holds whole groups of both.
         let block = lcm(k1, k2);
-        debug_assert!(block == k2 && block % k1 == 0 && block % k2 == 0);
+        debug_assert!(block == k2 && block.is_multiple_of(k1) && block.is_multiple_of(k2));
         let swa_window = self.count(h.swa_window, "hybrid.swa_window", TOKENS_MAX)?;
         let schemes = self.layer_map(h.layer_map, layers)?;
 

@@ -62,7 +62,7 @@ fn disk_reopen_ten_times_no_phantom_no_mismatch() {
         );
         for op in 0..40u64 {
             seed += 1;
-            let free = (seed * 7 + round) % 3 == 0 && !model.is_empty();
+            let free = (seed * 7 + round).is_multiple_of(3) && !model.is_empty();
             if free {
                 let k = *model
                     .keys()

@@ -1,0 +1,56 @@
+//! KV events on a real 3-node cluster: a block installed by a remote fetch is a `stored`
+//! event on the node that fetched it, and a member whose lease expires after a SIGKILL is a
+//! `node_down` event on the survivors' streams.
+
+mod cluster_harness;
+mod common;
+mod events_client;
+
+use cluster_harness::{init_tracing, Cluster};
+use common::{builtin, payload};
+use events_client::{blocks, open};
+
+#[test]
+fn remote_installs_are_stored_events_and_an_expired_member_is_node_down() {
+    init_tracing();
+    let g = builtin("deepseek-v2-lite");
+    tracing::info!("phase 1: three nodes, replication 1 (only the putting node holds a block)");
+    let cluster = Cluster::up_with(3, &["--replication", "1"]);
+    cluster.agreed_leader(&[1, 2, 3]);
+    let mut on2 = open(cluster.api(2), None, "?since=0", &[]).unwrap();
+    let first = on2.next();
+    assert_eq!(
+        (first.event.as_str(), first.data["node"].as_str()),
+        ("epoch", Some("n2"))
+    );
+
+    tracing::info!("phase 2: a put on n1, a get on n2 fetches and installs it");
+    let r = cluster.put_block(1, &g, &payload(&g, 5), &[]);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let id = r.json()["block"].as_str().unwrap().to_owned();
+    let got = cluster
+        .get(2, &format!("/v1/blocks/{id}"))
+        .expect("n2 answered");
+    assert_eq!(got.status, 200);
+    assert_eq!(got.header("kvfabric-source"), Some("n1"));
+    let stored = on2.next();
+    assert_eq!(stored.event, "stored", "{stored:?}");
+    assert_eq!(stored.data["node"], "n2");
+    assert_eq!(stored.data["tier"], "host");
+    assert_eq!(stored.data["seq"], 1);
+    assert_eq!(blocks(&stored), std::slice::from_ref(&id));
+
+    let mut on1 = open(cluster.api(1), None, "?since=0", &[]).unwrap();
+    assert_eq!(on1.next().event, "epoch");
+    let put = on1.next();
+    assert_eq!((put.event.as_str(), blocks(&put)), ("stored", vec![id]));
+
+    tracing::info!("phase 3: SIGKILL n3; its lease expires and the survivors say so");
+    cluster.kill(3);
+    for s in [&mut on1, &mut on2] {
+        let down = s.next();
+        assert_eq!(down.event, "node_down", "{down:?}");
+        assert_eq!(down.data["down"], "n3");
+        assert!(down.data["down_epoch"].as_u64().unwrap() >= 1);
+    }
+}
