@@ -17,6 +17,7 @@ mod ids;
 mod local;
 mod observe;
 mod presets;
+mod route;
 
 use std::process::ExitCode;
 

@@ -97,6 +97,7 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
         events: event_log.clone(),
         sse_slots: Arc::new(Semaphore::new(config.events.max_sse_subscribers as usize)),
         sse_max: config.events.max_sse_subscribers,
+        route: config.route,
     });
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let server = {

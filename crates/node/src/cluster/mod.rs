@@ -10,12 +10,14 @@
 //!
 //! The data path across nodes: a put waits for `replication` verified copies
 //! ([`replication`], over the control channel of [`control`]); a get that misses locally
-//! fetches from the block's live owners ([`remote_get`]); blocks whose live copies fell below
-//! the replication factor get new ones ([`repair`]).
+//! fetches from the block's live owners ([`remote_get`]), and every such fetch is timed into
+//! the bandwidth table that `POST /v1/route` prices with ([`links`]); blocks whose live
+//! copies fell below the replication factor get new ones ([`repair`]).
 
 pub(crate) mod control;
 mod control_server;
 mod dev_certs;
+mod links;
 pub(crate) mod membership;
 mod peer_tls;
 pub(crate) mod raft_net;
@@ -106,6 +108,8 @@ pub(crate) struct Cluster {
     pub(crate) incarnation: Arc<Incarnation>,
     /// What re-replication has done.
     pub(crate) repair: repair::RepairCounters,
+    /// Measured node-to-node bandwidths (this node's and its peers' reports).
+    pub(crate) bandwidth: crate::route::bandwidth::BandwidthTable,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -201,6 +205,7 @@ impl Cluster {
             raft_net,
             incarnation: Arc::new(Incarnation::default()),
             repair: repair::RepairCounters::default(),
+            bandwidth: crate::route::bandwidth::BandwidthTable::new(me),
             tasks: std::sync::Mutex::new(Vec::new()),
         });
         let handler = control_server::ControlServer::new(Arc::downgrade(&cluster), app);

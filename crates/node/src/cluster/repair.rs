@@ -22,7 +22,6 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use kvfabric_directory::{Clock, SystemClock};
 use kvfabric_store::{BlockId, NamespaceKey};
 
 use super::Cluster;
@@ -98,19 +97,6 @@ pub(crate) fn plan(
     plan
 }
 
-impl Cluster {
-    /// The distinct members holding `id` whose lease is current, per this node's replica.
-    fn live_holders(&self, id: &BlockId) -> Vec<NodeId> {
-        let now_ms = SystemClock.now_ms();
-        let owners = self.directory.view().read(|s| s.owners(id));
-        owners
-            .into_iter()
-            .map(|o| NodeId(o.node.0))
-            .filter(|n| self.is_live(*n, now_ms))
-            .collect()
-    }
-}
-
 /// Runs re-replication passes for the life of the node (aborted at shutdown).
 pub(crate) async fn run(cluster: Arc<Cluster>, app: Arc<App>) {
     let Some(interval) = cluster.config.repair_interval else {
@@ -140,7 +126,13 @@ pub(crate) async fn run(cluster: Arc<Cluster>, app: Arc<App>) {
             cluster.me,
             replication,
             &held,
-            |id| cluster.live_holders(id),
+            |id| {
+                cluster
+                    .live_holders(id)
+                    .into_iter()
+                    .map(|(n, _)| n)
+                    .collect()
+            },
             &suspects,
             cluster.config.repair_blocks_max,
         );

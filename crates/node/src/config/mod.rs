@@ -42,6 +42,12 @@
 //!
 //! [events]                          # optional, every key optional; see events.rs
 //! zmq_pub = "tcp://127.0.0.1:5557"  # vLLM-compatible ZeroMQ PUB socket; off by default
+//! [route]                           # optional: the cost model of POST /v1/route (route.rs)
+//! prefill_tokens_per_s = 8000       # recompute speed: a miss costs block_tokens / this
+//! default_bandwidth_gbps = 10       # Gbit/s between two nodes until a fetch measured it
+//! gpu_read_gbps = 8000              # Gbit/s reading a hit back from each tier
+//! host_read_gbps = 80
+//! disk_read_gbps = 16
 //!
 //! [cluster]                         # optional: standalone without it; every key in cluster.rs
 //! certs_dir = "/tmp/kvfabric/certs" # from `kvfabric certs --out DIR --nodes N`
@@ -57,6 +63,7 @@ mod bytes;
 mod cluster;
 mod events;
 mod raw;
+mod route;
 mod validate;
 
 use std::net::SocketAddr;
@@ -70,6 +77,7 @@ use crate::presets::Catalog;
 
 pub(crate) use cluster::{ClusterConfig, Member};
 pub(crate) use events::EventsConfig;
+pub(crate) use route::RouteConfig;
 
 /// Largest config file read, in bytes.
 pub(crate) const CONFIG_FILE_BYTES_MAX: u64 = 1 << 20;
@@ -99,6 +107,8 @@ pub(crate) struct NodeConfig {
     pub(crate) cluster: Option<ClusterConfig>,
     /// The event stream (`[events]`).
     pub(crate) events: EventsConfig,
+    /// The cost model of `POST /v1/route`.
+    pub(crate) route: RouteConfig,
 }
 
 /// Bounds on what the HTTP API accepts.

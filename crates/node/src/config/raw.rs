@@ -26,6 +26,8 @@ pub(crate) struct RawConfig {
     pub(crate) cluster: Option<RawCluster>,
     #[serde(default)]
     pub(crate) events: RawEvents,
+    #[serde(default)]
+    pub(crate) route: RawRoute,
 }
 
 /// `[node]`.
@@ -161,4 +163,15 @@ pub(crate) struct RawEvents {
     pub(crate) ring_batches: Option<u64>,
     pub(crate) max_sse_subscribers: Option<u32>,
     pub(crate) topic: Option<String>,
+}
+
+/// `[route]`: the cost model of `POST /v1/route`; every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRoute {
+    pub(crate) prefill_tokens_per_s: Option<f64>,
+    pub(crate) default_bandwidth_gbps: Option<f64>,
+    pub(crate) gpu_read_gbps: Option<f64>,
+    pub(crate) host_read_gbps: Option<f64>,
+    pub(crate) disk_read_gbps: Option<f64>,
 }

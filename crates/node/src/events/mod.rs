@@ -47,7 +47,7 @@ pub(crate) enum EventKind {
         tier: Tier,
         /// Their ids.
         ids: Vec<BlockId>,
-        /// The chunk key recorded with them by the put, if any.
+        /// The first chunk key the put named (its prefix key when it gave one), if any.
         chunk_key: Option<ChunkKey>,
         /// Tokens per block of the model, when the producer knows it (0: unknown).
         block_tokens: u32,

@@ -27,8 +27,12 @@
 //! | `kvfabric_transport` | gauge | stat: the block transport's counters, e.g. `fetches_ok`, `verify_failures`, `bytes_in` (cluster nodes) |
 //! | `kvfabric_repair` | gauge | stat: `passes`, `under_replicated` (held blocks, last pass), `copies_made`, `copies_missing` (cluster nodes) |
 //! | `kvfabric_events_*`, `kvfabric_event_*` | counter, gauge | the event log's (see `events::metrics`) |
+//! | `kvfabric_route_requests_total` | counter | |
+//! | `kvfabric_route_refused_total` | counter | reason (the error code) |
+//! | `kvfabric_link_gbps`, `kvfabric_link_samples` | gauge | from, to: measured node-to-node bandwidth (EWMA, Gbit/s) and its samples (cluster nodes) |
 
 use std::borrow::Cow;
+use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -80,6 +84,15 @@ pub(crate) struct DedupLabels {
     pub(crate) dedup: &'static str,
 }
 
+/// Labels of a measured link.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct LinkLabels {
+    /// The sending node.
+    pub(crate) from: String,
+    /// The receiving node (which measured it).
+    pub(crate) to: String,
+}
+
 /// The store's cumulative counters, mirrored.
 #[derive(Default)]
 struct StoreMirror {
@@ -116,6 +129,10 @@ pub(crate) struct Metrics {
     repair: Family<StatLabels, Gauge>,
     /// The event log's series (`crate::events`).
     pub(crate) events: crate::events::EventMetrics,
+    pub(crate) route_requests: Counter,
+    pub(crate) route_refused: Family<ReasonLabels, Counter>,
+    link_gbps: Family<LinkLabels, Gauge<f64, AtomicU64>>,
+    link_samples: Family<LinkLabels, Gauge>,
 }
 
 impl Metrics {
@@ -143,6 +160,10 @@ impl Metrics {
             transport: Family::default(),
             repair: Family::default(),
             events: crate::events::EventMetrics::default(),
+            route_requests: Counter::default(),
+            route_refused: Family::default(),
+            link_gbps: Family::default(),
+            link_samples: Family::default(),
         };
         m.events.register(&mut r);
         r.register(
@@ -245,6 +266,26 @@ impl Metrics {
             "Re-replication of blocks with fewer live copies than the replication factor",
             m.repair.clone(),
         );
+        r.register(
+            "route_requests",
+            "POST /v1/route requests answered with a ranking",
+            m.route_requests.clone(),
+        );
+        r.register(
+            "route_refused",
+            "POST /v1/route requests refused, by error code",
+            m.route_refused.clone(),
+        );
+        r.register(
+            "link_gbps",
+            "Measured node-to-node bandwidth (EWMA of fetches, Gbit/s)",
+            m.link_gbps.clone(),
+        );
+        r.register(
+            "link_samples",
+            "Fetches measured on a node-to-node link",
+            m.link_samples.clone(),
+        );
         Metrics { registry: r, ..m }
     }
 
@@ -292,6 +333,20 @@ impl Metrics {
             self.repair
                 .get_or_create(&StatLabels { stat })
                 .set(gauge(v));
+        }
+    }
+
+    /// Sets the measured links (cluster nodes only; called before [`Metrics::encode`]).
+    pub(crate) fn set_links(&self, links: &[crate::route::bandwidth::LinkView]) {
+        for l in links {
+            let labels = LinkLabels {
+                from: l.from.to_string(),
+                to: l.to.to_string(),
+            };
+            self.link_gbps.get_or_create(&labels).set(l.gbps);
+            self.link_samples
+                .get_or_create(&labels)
+                .set(gauge(l.samples));
         }
     }
 

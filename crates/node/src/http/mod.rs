@@ -57,6 +57,8 @@ pub(crate) struct App {
     pub(crate) sse_slots: Arc<Semaphore>,
     /// `events.max_sse_subscribers`.
     pub(crate) sse_max: u32,
+    /// The cost model of `POST /v1/route`.
+    pub(crate) route: crate::config::RouteConfig,
 }
 
 /// The shared state of the router.
