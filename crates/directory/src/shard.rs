@@ -197,12 +197,6 @@ impl ShardState {
         if let Err(r) = self.check_live(batch.node, batch.epoch) {
             return CommandReply::Rejected(r);
         }
-        let mut released = 0u64;
-        for (block, tier) in &batch.releases {
-            if self.remove_record(batch.node, *block, *tier) {
-                released += 1;
-            }
-        }
         let mut claimed = 0u64;
         for (block, tier) in &batch.claims {
             let owner = Owner {
@@ -216,6 +210,15 @@ impl ShardState {
                 .or_default()
                 .insert((*block, *tier));
             claimed += 1;
+        }
+        // Releases after claims: a block moving between tiers (claimed in the new, released
+        // from the old, in one entry) never loses its last owner on the way, so its chunk
+        // mappings are kept. Within one entry no claim and release name the same record.
+        let mut released = 0u64;
+        for (block, tier) in &batch.releases {
+            if self.remove_record(batch.node, *block, *tier) {
+                released += 1;
+            }
         }
         let mut chunks = 0u64;
         for (chunk, block) in &batch.chunks {

@@ -71,6 +71,27 @@ fn claims_resolve_and_release() {
 }
 
 #[test]
+fn a_tier_move_in_one_entry_keeps_the_block_and_its_chunk() {
+    let mut s = ShardState::new(ShardId(0));
+    let e = join(&mut s, 1, 1_000);
+    claim(&mut s, 1, e, &[1]);
+    let mut moved = OwnershipBatch::claim(NodeId(1), e, vec![(block(1), Tier::Disk)], vec![]);
+    moved.releases.push((block(1), Tier::Host));
+    assert_eq!(
+        s.apply(&Command::Ownership(moved)),
+        CommandReply::Applied {
+            claimed: 1,
+            released: 1,
+            chunks: 0
+        }
+    );
+    assert_eq!(s.resolve(&chunk(1)), Some(block(1)), "the chunk survives");
+    let tiers: Vec<Tier> = s.owners(&block(1)).iter().map(|o| o.tier).collect();
+    assert_eq!(tiers, vec![Tier::Disk]);
+    s.check_invariants().unwrap();
+}
+
+#[test]
 fn stale_and_future_epochs_are_rejected() {
     let mut s = ShardState::new(ShardId(0));
     let e1 = join(&mut s, 7, 1_000);

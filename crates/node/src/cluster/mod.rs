@@ -12,7 +12,8 @@
 //! ([`replication`], over the control channel of [`control`]); a get that misses locally
 //! fetches from the block's live owners ([`remote_get`]), and every such fetch is timed into
 //! the bandwidth table that `POST /v1/route` prices with ([`links`]); blocks whose live
-//! copies fell below the replication factor get new ones ([`repair`]).
+//! copies fell below the replication factor get new ones ([`repair`]); the store's tier moves
+//! keep owner records' tiers current ([`tier_sync`]).
 
 pub(crate) mod control;
 mod control_server;
@@ -25,6 +26,7 @@ pub(crate) mod remote_get;
 pub(crate) mod repair;
 pub(crate) mod replication;
 pub(crate) mod source;
+pub(crate) mod tier_sync;
 pub(crate) mod view;
 
 use std::collections::BTreeMap;
@@ -108,6 +110,8 @@ pub(crate) struct Cluster {
     pub(crate) incarnation: Arc<Incarnation>,
     /// What re-replication has done.
     pub(crate) repair: repair::RepairCounters,
+    /// Tier moves recorded in the directory.
+    pub(crate) tier_sync: tier_sync::TierSyncCounters,
     /// Measured node-to-node bandwidths (this node's and its peers' reports).
     pub(crate) bandwidth: crate::route::bandwidth::BandwidthTable,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
@@ -205,6 +209,7 @@ impl Cluster {
             raft_net,
             incarnation: Arc::new(Incarnation::default()),
             repair: repair::RepairCounters::default(),
+            tier_sync: tier_sync::TierSyncCounters::default(),
             bandwidth: crate::route::bandwidth::BandwidthTable::new(me),
             tasks: std::sync::Mutex::new(Vec::new()),
         });
@@ -213,14 +218,20 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// Starts joining, re-registering and renewing, and re-replication, in the background.
+    /// Starts, in the background: joining, re-registering and renewing; re-replication; and
+    /// recording the store's tier moves in the directory.
     pub(crate) fn run_membership(self: &Arc<Self>, app: Arc<App>) {
-        let member = tokio::spawn(membership::run(self.clone(), app.clone()));
-        let repair = tokio::spawn(repair::run(self.clone(), app));
+        let mut tasks = vec![tokio::spawn(membership::run(self.clone(), app.clone()))];
+        match app.local.get().map(|l| l.watch_moves()) {
+            Some(Ok(rx)) => tasks.push(tokio::spawn(tier_sync::run(self.clone(), rx))),
+            Some(Err(e)) => tracing::error!(error = %e, "tier moves will not reach the directory"),
+            None => {}
+        }
+        tasks.push(tokio::spawn(repair::run(self.clone(), app)));
         self.tasks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .extend([member, repair]);
+            .extend(tasks);
     }
 
     /// Stops the background tasks, the directory member and both networks (bounded).

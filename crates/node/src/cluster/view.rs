@@ -95,6 +95,8 @@ pub(crate) struct ClusterMetrics {
     /// Re-replication: passes, blocks under-replicated in the last pass, copies made, copies
     /// asked for and not made.
     pub(crate) repair: [u64; 4],
+    /// Tier moves recorded in the directory, failed, and seen before joining.
+    pub(crate) tier_moves: [u64; 3],
 }
 
 impl Cluster {
@@ -211,6 +213,11 @@ impl Cluster {
                 self.repair.under_replicated.load(Ordering::Relaxed),
                 self.repair.copies_made.load(Ordering::Relaxed),
                 self.repair.copies_missing.load(Ordering::Relaxed),
+            ],
+            tier_moves: [
+                self.tier_sync.recorded.load(Ordering::Relaxed),
+                self.tier_sync.failed.load(Ordering::Relaxed),
+                self.tier_sync.before_join.load(Ordering::Relaxed),
             ],
         }
     }

@@ -25,6 +25,7 @@
 //! | `kvfabric_held_blocks`, `kvfabric_chunk_keys` | gauge | |
 //! | `kvfabric_raft_state` | gauge | stat: `term`, `is_leader`, `last_applied`, `last_log`, `epoch`, `members_healthy`, `rpc_ok`, `rpc_failed`, `rpc_served` (cluster nodes) |
 //! | `kvfabric_transport` | gauge | stat: the block transport's counters, e.g. `fetches_ok`, `verify_failures`, `bytes_in` (cluster nodes) |
+//! | `kvfabric_tier_moves` | gauge | stat: `recorded` (in the directory), `failed`, `before_join` (cluster nodes) |
 //! | `kvfabric_repair` | gauge | stat: `passes`, `under_replicated` (held blocks, last pass), `copies_made`, `copies_missing` (cluster nodes) |
 //! | `kvfabric_events_*`, `kvfabric_event_*` | counter, gauge | the event log's (see `events::metrics`) |
 //! | `kvfabric_route_requests_total` | counter | |
@@ -127,6 +128,7 @@ pub(crate) struct Metrics {
     raft: Family<StatLabels, Gauge>,
     transport: Family<StatLabels, Gauge>,
     repair: Family<StatLabels, Gauge>,
+    tier_moves: Family<StatLabels, Gauge>,
     /// The event log's series (`crate::events`).
     pub(crate) events: crate::events::EventMetrics,
     pub(crate) route_requests: Counter,
@@ -159,6 +161,7 @@ impl Metrics {
             raft: Family::default(),
             transport: Family::default(),
             repair: Family::default(),
+            tier_moves: Family::default(),
             events: crate::events::EventMetrics::default(),
             route_requests: Counter::default(),
             route_refused: Family::default(),
@@ -267,6 +270,11 @@ impl Metrics {
             m.repair.clone(),
         );
         r.register(
+            "tier_moves",
+            "Tier moves of held blocks recorded in the directory",
+            m.tier_moves.clone(),
+        );
+        r.register(
             "route_requests",
             "POST /v1/route requests answered with a ranking",
             m.route_requests.clone(),
@@ -331,6 +339,12 @@ impl Metrics {
         ];
         for (stat, v) in names.into_iter().zip(c.repair) {
             self.repair
+                .get_or_create(&StatLabels { stat })
+                .set(gauge(v));
+        }
+        let names = ["recorded", "failed", "before_join"];
+        for (stat, v) in names.into_iter().zip(c.tier_moves) {
+            self.tier_moves
                 .get_or_create(&StatLabels { stat })
                 .set(gauge(v));
         }

@@ -19,9 +19,10 @@ mod put;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use kvfabric_store::{
-    BlockId, NamespaceKey, Store, StoreConfig, StoreCounters, StoreError, Tier, TierUsage,
-    VerifiedBlock, HEADER_LEN,
+    BlockId, NamespaceKey, Store, StoreConfig, StoreCounters, StoreError, Tier, TierMove,
+    TierUsage, VerifiedBlock, HEADER_LEN,
 };
+use tokio::sync::mpsc;
 
 pub(crate) use chunks::ChunkIndex;
 pub(crate) use held::Held;
@@ -88,6 +89,9 @@ pub(crate) struct Local {
     /// The node's event log, once attached: every change of what is held is published to it
     /// under this lock, so events are in the order of the changes.
     pub(crate) events: Option<Arc<EventLog>>,
+    /// Where the tier moves of held blocks go besides the event log: the cluster side, which
+    /// records them in the directory (set by [`LocalNode::watch_moves`]).
+    pub(crate) moves: Option<mpsc::UnboundedSender<TierMove>>,
 }
 
 /// The local side of a node.
@@ -123,6 +127,7 @@ impl LocalNode {
             held,
             chunks: ChunkIndex::default(),
             events: None,
+            moves: None,
         };
         Ok((
             LocalNode {
@@ -315,6 +320,17 @@ impl LocalNode {
         })
     }
 
+    /// Starts reporting the tier moves of held blocks (demotions, promotions) on the returned
+    /// channel, in the order they happen; replaces an earlier watcher.
+    pub(crate) fn watch_moves(&self) -> Result<mpsc::UnboundedReceiver<TierMove>, LocalError> {
+        self.with(|l| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            l.moves = Some(tx);
+            l.store.record_moves(true);
+            Ok(rx)
+        })
+    }
+
     /// Counters, tier use and index sizes.
     pub(crate) fn snapshot(&self) -> Result<Snapshot, LocalError> {
         self.with(|l| {
@@ -330,15 +346,20 @@ impl LocalNode {
 
 impl Local {
     /// Publishes the tier moves of held blocks the last store call made (demotions,
-    /// promotions) as one batch: each a `Removed` from the old tier and a `Stored` in the new.
+    /// promotions) as one batch: each a `Removed` from the old tier and a `Stored` in the new;
+    /// and hands each to the move watcher, if any.
     fn publish_moves(&mut self) {
-        let Some(log) = &self.events else {
+        if self.events.is_none() && self.moves.is_none() {
             return;
-        };
+        }
         let mut events = Vec::new();
         for m in self.store.take_moves() {
             if !self.held.contains(&m.namespace, &m.id) {
                 continue;
+            }
+            if let Some(tx) = &self.moves {
+                // A watcher gone (shutdown) is not an error.
+                let _ = tx.send(m);
             }
             events.push(EventKind::Removed {
                 namespace: m.namespace,
@@ -353,7 +374,9 @@ impl Local {
                 block_tokens: 0,
             });
         }
-        log.publish(events);
+        if let Some(log) = &self.events {
+            log.publish(events);
+        }
     }
 
     /// Publishes one event as its own batch (nothing before the log is attached).

@@ -1,0 +1,113 @@
+//! Keeps this node's owner records' tiers current: when the store moves a held block between
+//! tiers (a demotion to disk under memory pressure, a promotion on a hit), the move is
+//! recorded in the directory as a claim in the new tier and a release of the old one, through
+//! the incarnation's batcher, in the order the moves happened.
+//!
+//! `POST /v1/route` prices a hit by the tier its owner record names, and a remote get picks
+//! the owner with the fastest tier, so a stale tier costs a wrong ranking (never wrong bytes).
+//! Moves made before the node joined need no record: joining registers every held block in
+//! its tier at that moment. A record that fails to commit (no leader for the write timeout)
+//! is counted and dropped; the next registration of the incarnation corrects it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+use kvfabric_directory::OwnershipRecord;
+use kvfabric_store::TierMove;
+use tokio::sync::mpsc;
+
+use super::Cluster;
+
+/// Moves taken from the channel into one round of records, at most.
+const MOVES_PER_ROUND_MAX: usize = 1024;
+
+/// What tier sync has done on this node.
+#[derive(Debug, Default)]
+pub(crate) struct TierSyncCounters {
+    /// Moves recorded in the directory.
+    pub(crate) recorded: AtomicU64,
+    /// Moves whose records did not commit.
+    pub(crate) failed: AtomicU64,
+    /// Moves seen before the node had joined (covered by its registration).
+    pub(crate) before_join: AtomicU64,
+}
+
+/// The records one move becomes: the new tier claimed before the old one is released, so the
+/// block is never without an owner record in between.
+pub(crate) fn records(m: &TierMove) -> [OwnershipRecord; 2] {
+    [
+        OwnershipRecord::Claim {
+            block: m.id,
+            tier: m.to,
+            chunk: None,
+        },
+        OwnershipRecord::Release {
+            block: m.id,
+            tier: m.from,
+        },
+    ]
+}
+
+/// Records moves from `rx` until the store side drops its sender (aborted at shutdown).
+pub(crate) async fn run(cluster: Arc<Cluster>, mut rx: mpsc::UnboundedReceiver<TierMove>) {
+    let c = &cluster.tier_sync;
+    while let Some(first) = rx.recv().await {
+        let mut moves = vec![first];
+        while moves.len() < MOVES_PER_ROUND_MAX {
+            match rx.try_recv() {
+                Ok(m) => moves.push(m),
+                Err(_) => break,
+            }
+        }
+        let Some(batcher) = cluster.incarnation.batcher() else {
+            c.before_join
+                .fetch_add(moves.len() as u64, Ordering::Relaxed);
+            continue;
+        };
+        // Submitted in order (join_all polls in order): the batcher keeps the last operation
+        // on each record.
+        let submits = moves.iter().flat_map(records).map(|r| batcher.submit(r));
+        let results = join_all(submits).await;
+        let failed = results.chunks(2).filter(|r| r.iter().any(Result::is_err));
+        let failed = failed.count() as u64;
+        if failed > 0 {
+            tracing::warn!(failed, "tier moves not recorded in the directory");
+        }
+        c.failed.fetch_add(failed, Ordering::Relaxed);
+        c.recorded
+            .fetch_add(moves.len() as u64 - failed, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvfabric_store::{BlockId, NamespaceKey, SlotId, Tier};
+
+    #[test]
+    fn a_move_claims_the_new_tier_before_releasing_the_old() {
+        let id = BlockId([3; 32]);
+        let m = TierMove {
+            slot: SlotId(1),
+            id,
+            namespace: NamespaceKey([1; 32]),
+            from: Tier::Host,
+            to: Tier::Disk,
+        };
+        assert_eq!(
+            records(&m),
+            [
+                OwnershipRecord::Claim {
+                    block: id,
+                    tier: Tier::Disk,
+                    chunk: None
+                },
+                OwnershipRecord::Release {
+                    block: id,
+                    tier: Tier::Host
+                },
+            ]
+        );
+    }
+}
