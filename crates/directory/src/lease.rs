@@ -33,8 +33,10 @@ pub(crate) fn spawn_lease_ticker(
                 continue;
             }
             let now_ms = inner.clock.now_ms();
-            let expired = inner.view.read(|s| s.expired_at(now_ms));
-            if expired.is_empty() {
+            let (due, expired) = inner
+                .view
+                .read(|s| (s.expiry_due(now_ms), s.expired_at(now_ms)));
+            if !due {
                 continue;
             }
             tracing::info!(member = %inner.id, ?expired, now_ms, "leases expired; proposing purge");

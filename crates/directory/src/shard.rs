@@ -5,7 +5,16 @@
 //! [`ShardState::check_invariants`] in tests:
 //! - every owner record of a block appears in the per-node index, and nothing else does;
 //! - every owner record carries its node's current epoch, and that node is live;
-//! - a block with no owner is absent, and no chunk key names an absent block.
+//! - a block with no owner is absent, and every chunk key names a block that is present or
+//!   dormant (never both).
+//!
+//! Dormant blocks: a node's join purges its records of the previous incarnation, and the
+//! node then registers again what it recovered from disk, by block id alone (a store does not
+//! persist chunk keys). A block whose last owner was the joining node keeps its chunk
+//! mappings, dormant, until that join's lease deadline: a claim before then revives it with
+//! its chunk keys, so a restart (even of every member at once) loses no chunk mapping of a
+//! block that comes back. Dormant blocks resolve to nothing; `ExpireLeases` drops the chunk
+//! mappings of those still unclaimed at their deadline.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,6 +36,8 @@ pub struct ShardState {
     chunks: BTreeMap<ChunkKey, BlockId>,
     nodes: BTreeMap<NodeId, NodeRecord>,
     sessions: Sessions,
+    /// Blocks without owners whose chunk mappings are kept until the deadline (ms).
+    dormant: BTreeMap<BlockId, u64>,
     #[serde(skip)]
     by_node: BTreeMap<NodeId, BTreeSet<(BlockId, Tier)>>,
     #[serde(skip)]
@@ -74,7 +85,15 @@ impl ShardState {
 
     /// The block a chunk key names, if any holder is known.
     pub fn resolve(&self, chunk: &ChunkKey) -> Option<BlockId> {
-        self.chunks.get(chunk).copied()
+        self.chunks
+            .get(chunk)
+            .filter(|b| self.blocks.contains_key(*b))
+            .copied()
+    }
+
+    /// Number of dormant blocks (no owner, chunk mappings kept for a returning holder).
+    pub fn dormant_count(&self) -> usize {
+        self.dormant.len()
     }
 
     /// The directory's record of `node`.
@@ -110,6 +129,12 @@ impl ShardState {
             .filter(|(_, r)| r.liveness == Liveness::Live && r.lease_until_ms <= now_ms)
             .map(|(n, _)| *n)
             .collect()
+    }
+
+    /// Whether `ExpireLeases { now_ms }` would change anything: a lease to expire or a
+    /// dormant block past its deadline.
+    pub fn expiry_due(&self, now_ms: u64) -> bool {
+        !self.expired_at(now_ms).is_empty() || self.dormant.values().any(|d| *d <= now_ms)
     }
 
     /// Applies one logged request at `log_index`, once: a retry of a request already applied
@@ -150,7 +175,7 @@ impl ShardState {
 
     fn join(&mut self, node: NodeId, until_ms: u64) -> CommandReply {
         let epoch = self.nodes.get(&node).map_or(Epoch(1), |r| r.epoch.next());
-        let (records_dropped, _) = self.purge_node(node);
+        let (records_dropped, _) = self.purge_node(node, Some(until_ms));
         self.nodes.insert(
             node,
             NodeRecord {
@@ -204,6 +229,7 @@ impl ShardState {
                 tier: *tier,
                 epoch: batch.epoch,
             };
+            self.dormant.remove(block);
             self.blocks.entry(*block).or_default().insert(owner);
             self.by_node
                 .entry(batch.node)
@@ -242,7 +268,7 @@ impl ShardState {
     fn expire(&mut self, now_ms: u64) -> CommandReply {
         let mut nodes = Vec::new();
         for node in self.expired_at(now_ms) {
-            let (records_purged, chunks_dropped) = self.purge_node(node);
+            let (records_purged, chunks_dropped) = self.purge_node(node, None);
             let rec = self.nodes.get_mut(&node).expect("listed by expired_at");
             rec.liveness = Liveness::Expired;
             nodes.push(ExpiredNode {
@@ -252,18 +278,37 @@ impl ShardState {
                 chunks_dropped,
             });
         }
+        let due: Vec<BlockId> = self
+            .dormant
+            .iter()
+            .filter(|(_, d)| **d <= now_ms)
+            .map(|(b, _)| *b)
+            .collect();
+        for block in due {
+            self.dormant.remove(&block);
+            self.drop_chunks_of(block);
+        }
         CommandReply::Expired { nodes }
     }
 
     /// Removes every owner record of `node`; returns (records removed, chunks dropped).
-    fn purge_node(&mut self, node: NodeId) -> (u64, u64) {
+    /// With `dormant_until`, blocks left without owners keep their chunk mappings, dormant,
+    /// until then (a join); without, the mappings go at once (an expiry).
+    fn purge_node(&mut self, node: NodeId, dormant_until: Option<u64>) -> (u64, u64) {
         let Some(records) = self.by_node.remove(&node) else {
             return (0, 0);
         };
         let mut chunks_dropped = 0u64;
         let n = records.len() as u64;
         for (block, tier) in records {
-            chunks_dropped += self.remove_from_block(node, block, tier);
+            match dormant_until {
+                None => chunks_dropped += self.remove_from_block(node, block, tier),
+                Some(until) => {
+                    if self.remove_owner(node, block, tier) && self.chunks_of.contains_key(&block) {
+                        self.dormant.insert(block, until);
+                    }
+                }
+            }
         }
         (n, chunks_dropped)
     }
@@ -286,14 +331,29 @@ impl ShardState {
     /// Removes `(node, tier)` from the block's owners, dropping the block and its chunk
     /// mappings when it loses its last owner; returns the chunk mappings dropped.
     fn remove_from_block(&mut self, node: NodeId, block: BlockId, tier: Tier) -> u64 {
+        if self.remove_owner(node, block, tier) {
+            self.drop_chunks_of(block)
+        } else {
+            0
+        }
+    }
+
+    /// Removes `(node, tier)` from the block's owners and the block when it was the last;
+    /// whether the block went (its chunk mappings stay, for the caller to decide).
+    fn remove_owner(&mut self, node: NodeId, block: BlockId, tier: Tier) -> bool {
         let Some(owners) = self.blocks.get_mut(&block) else {
-            return 0;
+            return false;
         };
         owners.retain(|o| !(o.node == node && o.tier == tier));
         if !owners.is_empty() {
-            return 0;
+            return false;
         }
         self.blocks.remove(&block);
+        true
+    }
+
+    /// Drops every chunk mapping naming `block`; how many.
+    fn drop_chunks_of(&mut self, block: BlockId) -> u64 {
         let dropped = self.chunks_of.remove(&block).unwrap_or_default();
         for chunk in &dropped {
             self.chunks.remove(chunk);
@@ -306,6 +366,8 @@ impl ShardState {
             set.remove(&chunk);
             if set.is_empty() {
                 self.chunks_of.remove(&block);
+                // A dormant block is kept only for its chunk mappings.
+                self.dormant.remove(&block);
             }
         }
     }
@@ -347,8 +409,16 @@ impl ShardState {
             }
         }
         for (chunk, block) in &self.chunks {
-            if !self.blocks.contains_key(block) {
+            if !self.blocks.contains_key(block) && !self.dormant.contains_key(block) {
                 return Some(format!("{chunk:?} names unowned {block:?}"));
+            }
+        }
+        for block in self.dormant.keys() {
+            if self.blocks.contains_key(block) {
+                return Some(format!("{block:?} is both owned and dormant"));
+            }
+            if !self.chunks_of.contains_key(block) {
+                return Some(format!("dormant {block:?} has no chunk mapping"));
             }
         }
         None

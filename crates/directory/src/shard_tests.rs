@@ -92,6 +92,62 @@ fn a_tier_move_in_one_entry_keeps_the_block_and_its_chunk() {
 }
 
 #[test]
+fn a_rejoining_holder_keeps_its_chunks_dormant_until_it_claims_again() {
+    let mut s = ShardState::new(ShardId(0));
+    let e1 = join(&mut s, 1, 1_000);
+    claim(&mut s, 1, e1, &[1, 2]);
+    // Restart: the join purges the old incarnation's records; the chunks stay, dormant.
+    let e2 = join(&mut s, 1, 5_000);
+    assert!(s.owners(&block(1)).is_empty());
+    assert_eq!(
+        s.resolve(&chunk(1)),
+        None,
+        "a dormant block resolves to nothing"
+    );
+    assert_eq!(s.dormant_count(), 2);
+    s.check_invariants().unwrap();
+    // It registers block 1 again by id alone: its chunk mapping comes back with it.
+    let again = OwnershipBatch::claim(NodeId(1), e2, vec![(block(1), Tier::Disk)], vec![]);
+    s.apply(&Command::Ownership(again));
+    assert_eq!(s.resolve(&chunk(1)), Some(block(1)));
+    assert_eq!(s.dormant_count(), 1);
+    s.check_invariants().unwrap();
+    // Block 2 never comes back: its mapping goes at the join's lease deadline.
+    assert!(!s.expiry_due(4_999));
+    assert!(s.expiry_due(5_000));
+    s.apply(&Command::RenewLease {
+        node: NodeId(1),
+        epoch: e2,
+        until_ms: 9_000,
+    });
+    s.apply(&Command::ExpireLeases { now_ms: 5_000 });
+    assert_eq!(s.dormant_count(), 0);
+    assert_eq!(s.chunk_count(), 1, "only block 1's mapping is left");
+    assert_eq!(s.resolve(&chunk(1)), Some(block(1)));
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn a_chunk_moved_off_a_dormant_block_ends_its_dormancy() {
+    let mut s = ShardState::new(ShardId(0));
+    let e1 = join(&mut s, 1, 1_000);
+    claim(&mut s, 1, e1, &[1]);
+    let e2 = join(&mut s, 1, 5_000);
+    assert_eq!(s.dormant_count(), 1);
+    // The same chunk key now names another block.
+    let moved = OwnershipBatch::claim(
+        NodeId(1),
+        e2,
+        vec![(block(7), Tier::Host)],
+        vec![(chunk(1), block(7))],
+    );
+    s.apply(&Command::Ownership(moved));
+    assert_eq!(s.resolve(&chunk(1)), Some(block(7)));
+    assert_eq!(s.dormant_count(), 0);
+    s.check_invariants().unwrap();
+}
+
+#[test]
 fn stale_and_future_epochs_are_rejected() {
     let mut s = ShardState::new(ShardId(0));
     let e1 = join(&mut s, 7, 1_000);
