@@ -102,7 +102,7 @@ impl Engine {
         let geometry = builtin_preset(model)
             .with_context(|| format!("--model: no embedded preset {model:?}"))?;
         anyhow::ensure!(
-            geometry.block_layout().payload_len > 0,
+            geometry.is_storable(),
             "--model {model}: an accounting-only preset cannot be stored"
         );
         let client = Client::new(&ClientArgs {
