@@ -16,6 +16,7 @@ mod ids;
 mod local;
 mod observe;
 mod presets;
+mod route;
 
 use std::process::ExitCode;
 

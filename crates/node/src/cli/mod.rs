@@ -3,7 +3,8 @@
 //! ```text
 //! kvfabric node   --config FILE                       run one node (store + HTTP API)
 //! kvfabric put    [--node URL] [--token T] --model M [--tokens N] [--position P]
-//!                 [--chunk-key K] [FILE|-]            seal one block, print the put response
+//!                 [--chunk-key K] [--chunk-key-independent K] [FILE|-]
+//!                                                     seal one block, print the put response
 //! kvfabric get    [--node URL] [--token T] ID [--position P] [--out FILE]
 //! kvfabric lookup [--node URL] [--token T] KEY...     chunk keys → blocks and owners
 //! kvfabric status [--node URL] [--token T] [--json]   members, tiers, readiness

@@ -81,6 +81,7 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
         inflight: Arc::new(Semaphore::new(config.limits.max_inflight_requests as usize)),
         cluster: OnceLock::new(),
         clustered: config.cluster.is_some(),
+        route: config.route,
     });
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let server = {

@@ -26,6 +26,9 @@ pub(crate) struct PutArgs {
     /// Chunk key (64 hex digits) to record for the block.
     #[arg(long)]
     chunk_key: Option<String>,
+    /// Position-independent chunk key (64 hex digits) to record for the block as well.
+    #[arg(long)]
+    chunk_key_independent: Option<String>,
     /// Payload file (raw bytes in the model's block layout); `-` or nothing reads stdin.
     file: Option<PathBuf>,
 }
@@ -47,6 +50,9 @@ pub(crate) fn run(a: PutArgs) -> anyhow::Result<()> {
     }
     if let Some(k) = &a.chunk_key {
         headers.push(("kvfabric-chunk-key", k.clone()));
+    }
+    if let Some(k) = &a.chunk_key_independent {
+        headers.push(("kvfabric-chunk-key-independent", k.clone()));
     }
     let mut resp = client.put("/v1/blocks", &headers, &payload)?;
     println!("{}", read_json(&mut resp)?);

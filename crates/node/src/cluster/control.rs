@@ -6,7 +6,7 @@
 //! body of at most [`CONTROL_FRAME_BYTES_MAX`] bytes each way. Requests:
 //! [`ControlRequest::Replicate`], "fetch block `block` of `namespace` from member `from` over
 //! the block transport, verify, install, register yourself as an owner, then answer", and
-//! [`ControlRequest::Usage`], "report your tiers".
+//! [`ControlRequest::Usage`], "report your tiers (and the bandwidths you measured)".
 
 use kvfabric_store::{BlockId, NamespaceKey};
 use serde::{Deserialize, Serialize};
@@ -60,6 +60,10 @@ pub(crate) enum ControlResponse {
     Usage {
         /// Capacity and use per tier.
         tiers: Vec<TierUsageView>,
+        /// The bandwidths the member measured on its fetches from others (absent from a
+        /// member that predates them).
+        #[serde(default)]
+        inbound: Vec<crate::route::bandwidth::InboundLink>,
     },
     /// The request was refused or failed.
     Refused {

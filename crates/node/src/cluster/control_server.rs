@@ -1,6 +1,6 @@
 //! The callee side of the control channel: what a member does when another asks it to take
 //! a verified copy of a block (the peer side of `replication`) or to report its tiers (for
-//! `GET /v1/cluster`).
+//! `GET /v1/cluster`, with the bandwidths it measured into itself, for `POST /v1/route`).
 
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
@@ -73,11 +73,17 @@ impl ControlServer {
                     .member(NodeId(from))
                     .ok_or(("unknown_member", format!("n{from} is not a member")))?;
                 let peer = PeerAddr::new(m.cert_name(), m.transport);
+                let started = std::time::Instant::now();
                 let block = cluster
                     .transport
                     .fetch(&peer, ns, id)
                     .await
                     .map_err(|e| ("fetch_failed", e.to_string()))?;
+                cluster.bandwidth.record(
+                    NodeId(from),
+                    block.bytes().len() as u64,
+                    started.elapsed(),
+                );
                 local
                     .install(&block)
                     .map_err(|e| ("store", e.to_string()))?
@@ -116,6 +122,11 @@ impl ControlHandler for ControlServer {
                 },
                 ControlRequest::Usage => ControlResponse::Usage {
                     tiers: self.usage(),
+                    inbound: self
+                        .cluster
+                        .upgrade()
+                        .map(|c| c.bandwidth.inbound())
+                        .unwrap_or_default(),
                 },
             }
         })

@@ -10,11 +10,13 @@
 //!
 //! The data path across nodes: a put waits for `replication` verified copies
 //! ([`replication`], over the control channel of [`control`]); a get that misses locally
-//! fetches from the block's live owners ([`remote_get`]).
+//! fetches from the block's live owners ([`remote_get`]), and every such fetch is timed into
+//! the bandwidth table that `POST /v1/route` prices with ([`links`]).
 
 pub(crate) mod control;
 mod control_server;
 mod dev_certs;
+mod links;
 pub(crate) mod membership;
 mod peer_tls;
 pub(crate) mod raft_net;
@@ -102,6 +104,8 @@ pub(crate) struct Cluster {
     pub(crate) raft_net: Arc<QuicRaftNet>,
     /// The current incarnation, once joined.
     pub(crate) incarnation: Arc<Incarnation>,
+    /// Measured node-to-node bandwidths (this node's and its peers' reports).
+    pub(crate) bandwidth: crate::route::bandwidth::BandwidthTable,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -196,6 +200,7 @@ impl Cluster {
             transport,
             raft_net,
             incarnation: Arc::new(Incarnation::default()),
+            bandwidth: crate::route::bandwidth::BandwidthTable::new(me),
             tasks: std::sync::Mutex::new(Vec::new()),
         });
         let handler = control_server::ControlServer::new(Arc::downgrade(&cluster), app);

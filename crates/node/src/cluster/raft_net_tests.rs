@@ -103,7 +103,10 @@ impl ControlHandler for Answer {
                 ControlRequest::Replicate { from, .. } => ControlResponse::Replicated {
                     tier: format!("from-n{from}"),
                 },
-                ControlRequest::Usage => ControlResponse::Usage { tiers: Vec::new() },
+                ControlRequest::Usage => ControlResponse::Usage {
+                    tiers: Vec::new(),
+                    inbound: Vec::new(),
+                },
             }
         })
     }

@@ -7,6 +7,10 @@
 //! Namespaces: ids are keyed by namespace, so the fetch names the caller's namespace and an
 //! owner holding the id under another namespace answers "not found"; each namespace the
 //! caller may read is tried in turn.
+//!
+//! Every fetch that succeeds is timed (from the request to the verified block, the owners
+//! tried before the one that served it included) into the bandwidth table as a sample of the
+//! link from the serving owner to this node.
 
 use std::time::Duration;
 
@@ -74,10 +78,11 @@ impl Cluster {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(REMOTE_GET_TIMEOUT_MS);
         let mut fetched = None;
         for ns in read {
+            let started = std::time::Instant::now();
             let attempt = self.transport.fetch_from_owners(&peers, *ns, id);
             match tokio::time::timeout_at(deadline, attempt).await {
                 Ok(Ok(f)) => {
-                    fetched = Some(f);
+                    fetched = Some((f, started.elapsed()));
                     break;
                 }
                 Ok(Err(e)) => {
@@ -89,8 +94,10 @@ impl Cluster {
                 }
             }
         }
-        let f = fetched?;
+        let (f, elapsed) = fetched?;
         let source = owners.get(f.owner_index).map(|(_, n)| *n)?;
+        self.bandwidth
+            .record(source, f.block.bytes().len() as u64, elapsed);
         let local = app.local.get()?;
         let tier = match local.install(&f.block) {
             Ok(t) => t,

@@ -103,7 +103,8 @@ impl Cluster {
         })
     }
 
-    /// The tiers of the other live members, by id (those that answered in time).
+    /// The tiers of the other live members, by id (those that answered in time); their
+    /// bandwidth reports go to the bandwidth table.
     pub(crate) async fn peer_tiers(&self) -> HashMap<NodeId, Vec<TierUsageView>> {
         let now_ms = SystemClock.now_ms();
         let limit = Duration::from_millis(PEER_USAGE_TIMEOUT_MS);
@@ -122,7 +123,9 @@ impl Cluster {
         }
         let mut out = HashMap::new();
         while let Some(joined) = calls.join_next().await {
-            if let Ok((id, Ok(ControlResponse::Usage { tiers }))) = joined {
+            if let Ok((id, Ok(ControlResponse::Usage { tiers, inbound }))) = joined {
+                self.bandwidth
+                    .update_peer(id, inbound, std::time::Instant::now());
                 out.insert(id, tiers);
             }
         }

@@ -40,6 +40,13 @@
 //! token = "…"                       # bearer token, 16 to 256 visible ASCII characters
 //! namespace = "team-a"              # a declared namespace: this token reads and writes it
 //!
+//! [route]                           # optional: the cost model of POST /v1/route (route.rs)
+//! prefill_tokens_per_s = 8000       # recompute speed: a miss costs block_tokens / this
+//! default_bandwidth_gbps = 10       # Gbit/s between two nodes until a fetch measured it
+//! gpu_read_gbps = 8000              # Gbit/s reading a hit back from each tier
+//! host_read_gbps = 80
+//! disk_read_gbps = 16
+//!
 //! [cluster]                         # optional: standalone without it; every key in cluster.rs
 //! certs_dir = "/tmp/kvfabric/certs" # from `kvfabric certs --out DIR --nodes N`
 //! replication = 2                   # optional: copies a put waits for
@@ -53,6 +60,7 @@
 mod bytes;
 mod cluster;
 mod raw;
+mod route;
 mod validate;
 
 use std::net::SocketAddr;
@@ -65,6 +73,7 @@ use crate::ids::NodeId;
 use crate::presets::Catalog;
 
 pub(crate) use cluster::{ClusterConfig, Member};
+pub(crate) use route::RouteConfig;
 
 /// Largest config file read, in bytes.
 pub(crate) const CONFIG_FILE_BYTES_MAX: u64 = 1 << 20;
@@ -92,6 +101,8 @@ pub(crate) struct NodeConfig {
     pub(crate) tenants: Vec<TenantDecl>,
     /// The cluster this node is a member of; `None`: standalone.
     pub(crate) cluster: Option<ClusterConfig>,
+    /// The cost model of `POST /v1/route`.
+    pub(crate) route: RouteConfig,
 }
 
 /// Bounds on what the HTTP API accepts.

@@ -24,6 +24,8 @@ pub(crate) struct RawConfig {
     pub(crate) tenants: Vec<RawTenant>,
     #[serde(default)]
     pub(crate) cluster: Option<RawCluster>,
+    #[serde(default)]
+    pub(crate) route: RawRoute,
 }
 
 /// `[node]`.
@@ -142,4 +144,15 @@ pub(crate) struct RawMember {
     pub(crate) api: String,
     pub(crate) transport: String,
     pub(crate) raft: String,
+}
+
+/// `[route]`: the cost model of `POST /v1/route`; every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRoute {
+    pub(crate) prefill_tokens_per_s: Option<f64>,
+    pub(crate) default_bandwidth_gbps: Option<f64>,
+    pub(crate) gpu_read_gbps: Option<f64>,
+    pub(crate) host_read_gbps: Option<f64>,
+    pub(crate) disk_read_gbps: Option<f64>,
 }

@@ -11,6 +11,7 @@ use kvfabric_store::tier::host::REGION_BYTES_DEFAULT;
 use kvfabric_store::{ByteCount, ConfigError, GpuConfig, StoreConfig, StoreError};
 
 use super::raw::{RawConfig, RawLimits, RawNamespace, RawTenant};
+use super::route::RouteConfig;
 use super::{Limits, Loaded, NamespaceDecl, NodeConfig, TenantDecl};
 use crate::ids::NodeId;
 use crate::presets::Catalog;
@@ -118,6 +119,7 @@ impl Check<'_> {
         };
         let limits = self.limits(&raw.limits, smallest, largest)?;
         let (namespaces, tenants) = self.tenancy(raw.namespaces, raw.tenants)?;
+        let route = RouteConfig::check(self, &raw.route)?;
         let cluster = match raw.cluster {
             None => None,
             Some(c) => Some(self.cluster(node_id, c)?),
@@ -138,6 +140,7 @@ impl Check<'_> {
             namespaces,
             tenants,
             cluster,
+            route,
         };
         Ok(Loaded { config, catalog })
     }

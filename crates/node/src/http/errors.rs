@@ -81,6 +81,9 @@ pub(crate) enum ApiError {
         /// Keys sent.
         found: usize,
     },
+    /// A route request whose model could not be inferred and was not named.
+    #[error("{0}")]
+    ModelRequired(String),
     /// A body larger than the node accepts.
     #[error("body too large: {0}")]
     BodyTooLarge(String),
@@ -161,6 +164,7 @@ impl ApiError {
             | InvalidQuery(_)
             | InvalidJson(_)
             | TooManyKeys { .. }
+            | ModelRequired(_)
             | BodyRead(_) => StatusCode::BAD_REQUEST,
             MissingToken | InvalidToken => StatusCode::UNAUTHORIZED,
             NamespaceForbidden(_) => StatusCode::FORBIDDEN,
@@ -194,6 +198,7 @@ impl ApiError {
             InvalidQuery(_) => "invalid_query",
             InvalidJson(_) => "invalid_json",
             TooManyKeys { .. } => "too_many_keys",
+            ModelRequired(_) => "model_required",
             BodyTooLarge(_) => "body_too_large",
             BodyTimeout(_) => "body_timeout",
             BodyRead(_) => "body_read",

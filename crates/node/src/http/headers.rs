@@ -16,6 +16,8 @@ pub(crate) const TOKENS: &str = "kvfabric-tokens";
 pub(crate) const POSITION: &str = "kvfabric-position";
 /// Chunk key of a put.
 pub(crate) const CHUNK_KEY: &str = "kvfabric-chunk-key";
+/// The position-independent chunk key a put also names its block by (optional).
+pub(crate) const CHUNK_KEY_INDEPENDENT: &str = "kvfabric-chunk-key-independent";
 /// Where a read was served from (`local` or a node id).
 pub(crate) const SOURCE: &str = "kvfabric-source";
 /// The tier a read was served from.
@@ -79,6 +81,17 @@ pub(crate) fn chunk_key(h: &HeaderMap) -> Result<Option<ChunkKey>, ApiError> {
         .map(|s| {
             ChunkKey::from_hex(s)
                 .map_err(|e| ApiError::InvalidChunkKey(format!("(header `{CHUNK_KEY}`): {e}")))
+        })
+        .transpose()
+}
+
+/// The optional `kvfabric-chunk-key-independent`.
+pub(crate) fn chunk_key_independent(h: &HeaderMap) -> Result<Option<ChunkKey>, ApiError> {
+    text(h, CHUNK_KEY_INDEPENDENT)?
+        .map(|s| {
+            ChunkKey::from_hex(s).map_err(|e| {
+                ApiError::InvalidChunkKey(format!("(header `{CHUNK_KEY_INDEPENDENT}`): {e}"))
+            })
         })
         .transpose()
 }

@@ -25,8 +25,12 @@
 //! | `kvfabric_held_blocks`, `kvfabric_chunk_keys` | gauge | |
 //! | `kvfabric_raft_state` | gauge | stat: `term`, `is_leader`, `last_applied`, `last_log`, `epoch`, `members_healthy`, `rpc_ok`, `rpc_failed`, `rpc_served` (cluster nodes) |
 //! | `kvfabric_transport` | gauge | stat: the block transport's counters, e.g. `fetches_ok`, `verify_failures`, `bytes_in` (cluster nodes) |
+//! | `kvfabric_route_requests_total` | counter | |
+//! | `kvfabric_route_refused_total` | counter | reason (the error code) |
+//! | `kvfabric_link_gbps`, `kvfabric_link_samples` | gauge | from, to: measured node-to-node bandwidth (EWMA, Gbit/s) and its samples (cluster nodes) |
 
 use std::borrow::Cow;
+use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -78,6 +82,15 @@ pub(crate) struct DedupLabels {
     pub(crate) dedup: &'static str,
 }
 
+/// Labels of a measured link.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct LinkLabels {
+    /// The sending node.
+    pub(crate) from: String,
+    /// The receiving node (which measured it).
+    pub(crate) to: String,
+}
+
 /// The store's cumulative counters, mirrored.
 #[derive(Default)]
 struct StoreMirror {
@@ -111,6 +124,10 @@ pub(crate) struct Metrics {
     chunk_keys: Gauge,
     raft: Family<StatLabels, Gauge>,
     transport: Family<StatLabels, Gauge>,
+    pub(crate) route_requests: Counter,
+    pub(crate) route_refused: Family<ReasonLabels, Counter>,
+    link_gbps: Family<LinkLabels, Gauge<f64, AtomicU64>>,
+    link_samples: Family<LinkLabels, Gauge>,
 }
 
 impl Metrics {
@@ -136,6 +153,10 @@ impl Metrics {
             chunk_keys: Gauge::default(),
             raft: Family::default(),
             transport: Family::default(),
+            route_requests: Counter::default(),
+            route_refused: Family::default(),
+            link_gbps: Family::default(),
+            link_samples: Family::default(),
         };
         r.register(
             "http_requests",
@@ -232,6 +253,26 @@ impl Metrics {
             "The block transport's counters",
             m.transport.clone(),
         );
+        r.register(
+            "route_requests",
+            "POST /v1/route requests answered with a ranking",
+            m.route_requests.clone(),
+        );
+        r.register(
+            "route_refused",
+            "POST /v1/route requests refused, by error code",
+            m.route_refused.clone(),
+        );
+        r.register(
+            "link_gbps",
+            "Measured node-to-node bandwidth (EWMA of fetches, Gbit/s)",
+            m.link_gbps.clone(),
+        );
+        r.register(
+            "link_samples",
+            "Fetches measured on a node-to-node link",
+            m.link_samples.clone(),
+        );
         Metrics { registry: r, ..m }
     }
 
@@ -268,6 +309,20 @@ impl Metrics {
             self.transport
                 .get_or_create(&StatLabels { stat })
                 .set(gauge(v));
+        }
+    }
+
+    /// Sets the measured links (cluster nodes only; called before [`Metrics::encode`]).
+    pub(crate) fn set_links(&self, links: &[crate::route::bandwidth::LinkView]) {
+        for l in links {
+            let labels = LinkLabels {
+                from: l.from.to_string(),
+                to: l.to.to_string(),
+            };
+            self.link_gbps.get_or_create(&labels).set(l.gbps);
+            self.link_samples
+                .get_or_create(&labels)
+                .set(gauge(l.samples));
         }
     }
 

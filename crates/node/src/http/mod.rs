@@ -50,6 +50,8 @@ pub(crate) struct App {
     pub(crate) cluster: OnceLock<Arc<Cluster>>,
     /// Whether the node was configured as a cluster member (then readiness waits for it).
     pub(crate) clustered: bool,
+    /// The cost model of `POST /v1/route`.
+    pub(crate) route: crate::config::RouteConfig,
 }
 
 /// The shared state of the router.

@@ -22,6 +22,7 @@ pub(crate) fn route_label(path: &str) -> &'static str {
         "/v1/blocks" => "/v1/blocks",
         p if p.starts_with("/v1/blocks/") => "/v1/blocks/{id}",
         "/v1/lookup" => "/v1/lookup",
+        "/v1/route" => "/v1/route",
         "/v1/models" => "/v1/models",
         "/v1/cluster" => "/v1/cluster",
         "/metrics" => "/metrics",

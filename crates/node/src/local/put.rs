@@ -94,13 +94,14 @@ impl<'a> PutSession<'a> {
     }
 
     /// Seals the filled reservation under `ns`, holds the block (one reference per slot, the
-    /// spare one of a dedup onto a held slot given back) and records `chunk_key` for it.
+    /// spare one of a dedup onto a held slot given back) and records each of `chunk_keys`
+    /// (a prefix key, a position-independent key) for it.
     pub(crate) fn seal(
         mut self,
         ns: NamespaceKey,
         geometry: &ModelGeometry,
         form: PutForm,
-        chunk_key: Option<ChunkKey>,
+        chunk_keys: &[ChunkKey],
     ) -> Result<Sealed, PutError> {
         if self.written != self.expected {
             return Err(PutError::Length {
@@ -118,8 +119,8 @@ impl<'a> PutSession<'a> {
             if !l.held.insert(ns, s.id, s.slot) {
                 l.store.release(s.slot)?;
             }
-            if let Some(k) = chunk_key {
-                l.chunks.record(&mut l.held, ns, k, s.id);
+            for k in chunk_keys {
+                l.chunks.record(&mut l.held, ns, *k, s.id);
             }
             Ok(Sealed {
                 id: s.id,

@@ -46,7 +46,7 @@ fn put(
     for piece in bytes.chunks(1000) {
         s.write(piece).unwrap();
     }
-    s.seal(ns, g, PutForm::Canonical, key).unwrap()
+    s.seal(ns, g, PutForm::Canonical, key.as_slice()).unwrap()
 }
 
 fn host_used(node: &LocalNode) -> u64 {
@@ -130,7 +130,7 @@ fn a_wrong_length_or_a_dropped_session_gives_the_reservation_back() {
     assert!(matches!(s.write(&[0, 0]), Err(PutError::Length { found, .. }) if found == len + 1));
     assert_eq!(s.written(), len - 1, "a refused piece is not written");
     assert!(matches!(
-        s.seal(a, &g, PutForm::Canonical, None),
+        s.seal(a, &g, PutForm::Canonical, &[]),
         Err(PutError::Length { found, .. }) if found == len - 1
     ));
     assert_eq!(host_used(&node), 0);

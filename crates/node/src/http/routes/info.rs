@@ -48,17 +48,29 @@ struct Member {
     healthy: bool,
 }
 
+/// One measured node-to-node link.
+#[derive(Serialize)]
+struct LinkOut {
+    from: String,
+    to: String,
+    gbps: f64,
+    samples: u64,
+}
+
 #[derive(Serialize)]
 struct ClusterResponse {
     members: Vec<Member>,
     /// `null` while no leader is known.
     leader: Option<String>,
     term: u64,
+    /// Measured bandwidths (empty on a standalone node and before any fetch).
+    bandwidth: Vec<LinkOut>,
 }
 
 /// `GET /v1/cluster`: on a cluster node, every configured member with its Raft role, whether
 /// its lease is current and its tiers (asked of each live member, bounded; none for a member
-/// that does not answer), the leader and the term; on a standalone node, this node as the
+/// that does not answer), the leader, the term and the measured node-to-node bandwidths
+/// (`bandwidth`: `from`, `to`, `gbps`, `samples`); on a standalone node, this node as the
 /// only member, `standalone`, its own leader at term 0.
 pub(crate) async fn cluster(
     State(app): State<AppState>,
@@ -98,10 +110,22 @@ pub(crate) async fn cluster(
                 healthy: m.healthy,
             })
             .collect();
+        let bandwidth = c
+            .bandwidth
+            .links()
+            .into_iter()
+            .map(|l| LinkOut {
+                from: l.from.to_string(),
+                to: l.to.to_string(),
+                gbps: l.gbps,
+                samples: l.samples,
+            })
+            .collect();
         return Ok(super::json(&ClusterResponse {
             members,
             leader: view.leader.map(|l| l.to_string()),
             term: view.term,
+            bandwidth,
         }));
     }
     let me = app.node_id.to_string();
@@ -115,6 +139,7 @@ pub(crate) async fn cluster(
         }],
         leader: Some(me),
         term: TERM_STANDALONE,
+        bandwidth: Vec::new(),
     }))
 }
 
@@ -139,6 +164,7 @@ pub(crate) async fn metrics(State(app): State<AppState>) -> Result<Response, Api
     };
     if let Some(c) = app.cluster.get() {
         app.metrics.set_cluster(&c.metrics());
+        app.metrics.set_links(&c.bandwidth.links());
     }
     let text = app.metrics.encode(snapshot.as_ref());
     Ok((

@@ -7,6 +7,7 @@
 //! | `HEAD /v1/blocks/{id}` | 200 (length, source, tier) | 400, 401, 403, 404 |
 //! | `DELETE /v1/blocks/{id}` | 204 | 400, 401, 403, 404 |
 //! | `POST /v1/lookup` | 200 results | 400, 401, 403, 408, 413 |
+//! | `POST /v1/route` | 200 nodes ranked best first | 400, 401, 403, 408, 413 |
 //! | `GET /v1/models` | 200 presets | 401 |
 //! | `GET /v1/cluster` | 200 members | 401 |
 //! | `GET /metrics` | 200 OpenMetrics text | |
@@ -30,6 +31,7 @@ mod blocks;
 mod info;
 mod lookup;
 mod put;
+mod route;
 
 use axum::routing::{get, post, put};
 use axum::Router;
@@ -48,6 +50,7 @@ pub(crate) fn router(state: AppState) -> Router {
                 .delete(blocks::delete_block),
         )
         .route("/v1/lookup", post(lookup::lookup))
+        .route("/v1/route", post(route::route))
         .route("/v1/models", get(info::models))
         .route("/v1/cluster", get(info::cluster))
         .route("/metrics", get(info::metrics))

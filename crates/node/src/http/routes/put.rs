@@ -4,6 +4,11 @@
 //! the model, the token count, the declared length. The body then streams into the
 //! reservation piece by piece (the store lock is taken per piece, never across a read); any
 //! refusal after that cancels the reservation (see [`PutSession`]).
+//!
+//! A block may be named by two chunk keys: `kvfabric-chunk-key` (usually the prefix-chained
+//! key) and `kvfabric-chunk-key-independent` (the position-independent one); each is recorded
+//! (in the local chunk index, and as a directory chunk record on a cluster node) so that
+//! lookups and routes find the block by either.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -43,7 +48,9 @@ struct Plan<'a> {
     ns: NamespaceKey,
     model: &'a Model,
     form: PutForm,
-    chunk_key: Option<ChunkKey>,
+    /// The chunk keys naming the block: `kvfabric-chunk-key`, then
+    /// `kvfabric-chunk-key-independent` (each optional).
+    chunk_keys: Vec<ChunkKey>,
 }
 
 /// The handler.
@@ -95,7 +102,7 @@ pub(crate) async fn put_block(
             Err(PutError::Local(e)) => return Err(ApiError::from_local(e)),
         }
     }
-    let sealed = match session.seal(plan.ns, g, plan.form, plan.chunk_key) {
+    let sealed = match session.seal(plan.ns, g, plan.form, &plan.chunk_keys) {
         Ok(s) => s,
         Err(PutError::Length { expected, found }) => {
             return Err(ApiError::PayloadLength { expected, found })
@@ -116,12 +123,27 @@ pub(crate) async fn put_block(
             let batcher = cluster.incarnation.batcher().ok_or_else(|| {
                 ApiError::DirectoryUnavailable("this node has not joined the directory yet".into())
             })?;
-            let chunk = plan
-                .chunk_key
-                .map(|k| crate::cluster::directory_chunk_key(&plan.ns, k));
-            batcher
-                .claim(sealed.id, sealed.tier, chunk)
-                .await
+            // One claim per chunk key (the first carries no key when none was sent), both in
+            // flight together so that they can share a batch.
+            let chunk = |i: usize| {
+                plan.chunk_keys
+                    .get(i)
+                    .map(|k| crate::cluster::directory_chunk_key(&plan.ns, *k))
+            };
+            let second = async {
+                match chunk(1) {
+                    Some(c) => batcher
+                        .claim(sealed.id, sealed.tier, Some(c))
+                        .await
+                        .map(|_| ()),
+                    None => Ok(()),
+                }
+            };
+            let (first, second) =
+                tokio::join!(batcher.claim(sealed.id, sealed.tier, chunk(0)), second);
+            first
+                .map(|_| ())
+                .and(second)
                 .map_err(|e| ApiError::DirectoryUnavailable(e.to_string()))?;
             let r = cluster.replicate(plan.ns, sealed.id).await;
             if r.have < r.want {
@@ -170,7 +192,13 @@ fn plan<'a>(app: &'a App, headers: &HeaderMap) -> Result<Plan<'a>, ApiError> {
         Some(position) => PutForm::Rotated { position },
         None => PutForm::Canonical,
     };
-    let chunk_key = headers::chunk_key(headers)?;
+    let chunk_keys: Vec<ChunkKey> = [
+        headers::chunk_key(headers)?,
+        headers::chunk_key_independent(headers)?,
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     let expected = model.layout.payload_len;
     let max = app.limits.max_body_bytes;
     if expected > max {
@@ -190,6 +218,6 @@ fn plan<'a>(app: &'a App, headers: &HeaderMap) -> Result<Plan<'a>, ApiError> {
         ns,
         model,
         form,
-        chunk_key,
+        chunk_keys,
     })
 }
