@@ -71,7 +71,7 @@ pub(crate) fn render(runs: &[PolicyRun]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<12} {:>9} {:>17} {:>18} {:>18} {:>13} {:>13}  {}",
+        "{:<12} {:>9} {:>17} {:>18} {:>18} {:>13} {:>13}  requests per node",
         "policy",
         "hit ratio",
         "tokens recomputed",
@@ -79,7 +79,6 @@ pub(crate) fn render(runs: &[PolicyRun]) -> String {
         "transport bytes in",
         "ttfb p50 (ms)",
         "ttfb p99 (ms)",
-        "requests per node"
     );
     for r in runs {
         let chunks: u64 = r.requests.iter().map(|q| q.chunks).sum();

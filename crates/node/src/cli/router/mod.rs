@@ -353,9 +353,17 @@ async fn load_override_handler(
     json_api::ok_json(&backend_json(b))
 }
 
+/// One per-backend series: family, kind, help, value.
+type PerBackendSeries = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&Backend) -> u64,
+);
+
 async fn metrics_handler(State(s): State<Arc<RouterState>>) -> String {
     let mut out = String::new();
-    let per_backend: [(&str, &str, &str, fn(&Backend) -> u64); 4] = [
+    let per_backend: [PerBackendSeries; 4] = [
         (
             "kvfabric_router_forwarded",
             "counter",
