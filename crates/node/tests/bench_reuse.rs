@@ -60,9 +60,13 @@ fn bench_reuse_prints_a_row_per_policy_and_the_ratio_last_and_leaves_nothing() {
     ] {
         assert!(stdout.contains(head), "missing {head:?} in\n{stdout}");
     }
+    let table: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("policy "))
+        .collect();
     for policy in ["round-robin", "prefix", "kvfabric"] {
-        let row = stdout
-            .lines()
+        let row = table
+            .iter()
             .find(|l| l.split_whitespace().next() == Some(policy))
             .unwrap_or_else(|| panic!("no {policy} row in\n{stdout}"));
         let hit: f64 = row.split_whitespace().nth(1).unwrap().parse().unwrap();

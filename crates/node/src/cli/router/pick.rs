@@ -93,9 +93,14 @@ mod tests {
             order(&rank(&[None, None, None], &[0, 0, 0], 2)),
             vec![2, 0, 1]
         );
+        // Backend 0 is not listed: it costs 0.3 like backend 1 and comes first in turn.
         let r = rank(&[None, Some(0.3), Some(0.1)], &[0, 0, 0], 0);
-        assert_eq!(order(&r), vec![2, 1, 0]);
-        assert_eq!(r[2].est_seconds, 0.3);
+        assert_eq!(order(&r), vec![2, 0, 1]);
+        assert_eq!(r[1].est_seconds, 0.3);
+        assert_eq!(
+            order(&rank(&[None, Some(0.3), Some(0.1)], &[0, 0, 0], 1)),
+            vec![2, 1, 0]
+        );
         assert_eq!(rotation(3, 4), vec![1, 2, 0]);
     }
 }
