@@ -122,6 +122,15 @@ host_bytes = "64 MiB"
     }
 
     #[test]
+    fn the_shipped_configs_spell_out_the_defaults() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+        for i in 1..=3 {
+            let loaded = super::super::load(&dir.join(format!("node{i}.toml"))).unwrap();
+            assert_eq!(loaded.config.route, RouteConfig::default());
+        }
+    }
+
+    #[test]
     fn bad_figures_name_their_key() {
         for (text, key) in [
             (

@@ -7,7 +7,7 @@
 //! | `HEAD /v1/blocks/{id}` | 200 (length, source, tier) | 400, 401, 403, 404 |
 //! | `DELETE /v1/blocks/{id}` | 204 | 400, 401, 403, 404 |
 //! | `POST /v1/lookup` | 200 results | 400, 401, 403, 408, 413 |
-//! | `POST /v1/route` | 200 nodes ranked best first | 400, 401, 403, 408, 413 |
+//! | `POST /v1/route` | 200 nodes ranked best first | 400, 401, 403, 408, 413, 503 |
 //! | `GET /v1/models` | 200 presets | 401 |
 //! | `GET /v1/cluster` | 200 members | 401 |
 //! | `GET /metrics` | 200 OpenMetrics text | |

@@ -115,6 +115,10 @@ async fn answer(app: &App, headers: &HeaderMap, body: Body) -> Result<Response, 
         None => None,
     };
 
+    if app.clustered && app.cluster.get().is_none() {
+        // Answering for this node alone would misrank a cluster.
+        return Err(ApiError::ClusterNotReady("the cluster side is starting"));
+    }
     let (candidates, holders, resolved) = match app.cluster.get() {
         Some(cluster) => {
             let mut holders = Vec::with_capacity(keys.len());
