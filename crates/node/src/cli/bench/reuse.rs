@@ -129,7 +129,8 @@ pub(crate) fn run(a: ReuseArgs) -> anyhow::Result<()> {
         }
     }
     rt.shutdown_timeout(Duration::from_secs(5));
-    if failure.is_none() && temporary && !a.keep {
+    let interrupted = stop.load(Ordering::SeqCst);
+    if (failure.is_none() || interrupted) && temporary && !a.keep {
         std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
     } else {
         println!("files kept in {}", dir.display());
@@ -272,13 +273,19 @@ fn send_all(
             });
         }
     });
-    results
-        .into_inner()
-        .expect("not poisoned")
-        .into_iter()
-        .enumerate()
-        .map(|(i, r)| r.unwrap_or_else(|| Err(anyhow::anyhow!("agent {i:02} was not sent"))))
-        .collect()
+    let results = results.into_inner().expect("not poisoned");
+    let mut out = Vec::with_capacity(results.len());
+    let mut unsent = false;
+    for r in results {
+        match r {
+            Some(r) => out.push(r?),
+            None => unsent = true,
+        }
+    }
+    if unsent {
+        bail!("interrupted");
+    }
+    Ok(out)
 }
 
 fn send_one(

@@ -32,8 +32,9 @@ use super::json_api::{self, JsonError, LookupMode};
 
 /// The model the engine runs unless told otherwise.
 pub(crate) const MODEL_DEFAULT: &str = "deepseek-v3";
-/// Prefill rate unless told otherwise (tokens per second of one request).
-pub(crate) const PREFILL_DEFAULT: f64 = 4096.0;
+/// Prefill rate unless told otherwise (tokens per second of one request; the default of the
+/// node's `[route] prefill_tokens_per_s`, so that `/v1/route` prices recomputing as it costs).
+pub(crate) const PREFILL_DEFAULT: f64 = 8000.0;
 
 /// Arguments of `kvfabric engine-sim`.
 #[derive(Debug, Args)]
@@ -44,8 +45,8 @@ pub(crate) struct EngineSimArgs {
     /// Bearer token for the node (selects the tenant namespace).
     #[arg(long, env = "KVFABRIC_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    /// Address to serve on, e.g. 127.0.0.1:7301 (port 0: any; the line printed names it).
-    #[arg(long, default_value = "127.0.0.1:7301")]
+    /// Address to serve on (port 0: any; the line printed names it).
+    #[arg(long, default_value = "127.0.0.1:7501")]
     listen: String,
     /// The model preset (an embedded one).
     #[arg(long, default_value = MODEL_DEFAULT)]

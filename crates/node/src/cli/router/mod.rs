@@ -66,9 +66,9 @@ impl Policy {
 #[derive(Debug, Args)]
 pub(crate) struct RouterArgs {
     /// Address to serve on (port 0: any; the line printed names it).
-    #[arg(long, default_value = "127.0.0.1:7400")]
+    #[arg(long, default_value = "127.0.0.1:7500")]
     listen: String,
-    /// A backend: NODE_ID=ENGINE_URL, e.g. n1=http://127.0.0.1:7301 (repeat; the node id is
+    /// A backend: NODE_ID=ENGINE_URL, e.g. n1=http://127.0.0.1:7501 (repeat; the node id is
     /// the kvfabric node the engine reads from, as `/v1/route` names it).
     #[arg(long = "backend", required = true)]
     backends: Vec<String>,
