@@ -1,6 +1,7 @@
 //! `kvfabric router` over real processes on loopback: on a 3-node cluster (one copy per
 //! block) a request lands on the backend whose node holds its blocks, and a load override on
 //! that backend moves it to another one, which fetches the blocks instead of recomputing them;
+//! a prompt whose chunks sit behind a new first chunk is a prefix-only miss and a kvfabric hit;
 //! a dead backend is skipped (and counted), no live backend is a 503 JSON error, bad input is
 //! a 400 JSON error counted in the router's metrics.
 
@@ -49,6 +50,8 @@ fn router_forwards_by_score_and_moves_away_from_a_busy_backend() {
         args.push(format!("n{}={}", i + 1, e.url));
     }
     let router = Server::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    args[6] = "prefix".into();
+    let prefix_router = Server::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
 
     // The prompt's blocks are computed on n2 only (replication 1).
     let prompt = chunks(5, 3, BT);
@@ -104,6 +107,28 @@ fn router_forwards_by_score_and_moves_away_from_a_busy_backend() {
         1.0
     );
     assert_eq!(router.metric("kvfabric_router_route_failures_total"), 0.0);
+
+    // The same three chunks behind a new first chunk: a prefix-only stack recomputes them all;
+    // kvfabric scoring sends the request where they are and recomputes only the new chunk.
+    assert_eq!(
+        router
+            .put("/v1/backends/n2/load", &json!({ "extra": 0 }))
+            .status,
+        200
+    );
+    let behind = |first: u32| {
+        let mut t = chunks(first, 1, BT);
+        t.extend(&prompt);
+        t
+    };
+    let today = prefix_router.generate(&behind(21), None);
+    assert_eq!(today["route"]["policy"], "prefix", "{today}");
+    assert_eq!(today["mode"], "prefix", "{today}");
+    assert_eq!(today["recomputed_tokens"], 4 * BT as u64, "{today}");
+    let ours = router.generate(&behind(22), None);
+    assert_eq!(ours["recomputed_tokens"], BT as u64, "{ours}");
+    assert_eq!(ours["hits_local"], 3, "{ours}");
+    assert_eq!(ours["score"]["independent_hits"], 3, "{ours}");
 }
 
 fn single_node_router(backends: &[(&str, &str)], node: &TestNode) -> Server {
