@@ -6,6 +6,8 @@
 //! The kvfabric members run in this process (the node has no API for raw ownership records),
 //! each with its own QUIC Raft endpoint, certificate and redb store; registrations go through
 //! the [`kvfabric_directory::Batcher`], the production write path.
+//!
+//! `kvfabric bench reuse` ([`reuse`]): routing policies compared through `kvfabric router`.
 
 mod etcd;
 mod kvf;
