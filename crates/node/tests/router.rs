@@ -2,6 +2,7 @@
 //! block) a request lands on the backend whose node holds its blocks, and a load override on
 //! that backend moves it to another one, which fetches the blocks instead of recomputing them;
 //! a prompt whose chunks sit behind a new first chunk is a prefix-only miss and a kvfabric hit;
+//! a request in flight on one backend sends the next to an idle one (scores tied);
 //! a dead backend is skipped (and counted), no live backend is a 503 JSON error, bad input is
 //! a 400 JSON error counted in the router's metrics.
 
@@ -198,4 +199,77 @@ fn router_fails_over_from_a_dead_backend_and_refuses_bad_input() {
     none.post("/v1/generate", &json!({ "tokens": chunks(9, 1, BT) }))
         .assert_error(503, "no_backend");
     assert_eq!(none.metric("kvfabric_router_unavailable_total"), 1.0);
+}
+
+#[test]
+fn requests_in_flight_move_the_next_request_to_an_idle_backend() {
+    let node = TestNode::start(Options {
+        tenants: false,
+        ..Options::default()
+    });
+    let engine = |rate: &str| {
+        Server::start(&[
+            "engine-sim",
+            "--node",
+            &node.url,
+            "--model",
+            "minicpm3-4b",
+            "--prefill-tokens-per-s",
+            rate,
+        ])
+    };
+    // Backend n1 prefills 2 chunks in 8 s; n2 is fast. Both read the same node, so their
+    // scores tie and only load separates them.
+    let slow = engine("16");
+    let fast = engine("1000000");
+    let router = single_node_router(&[("n1", &slow.url), ("n2", &fast.url)], &node);
+    let url = router.url.clone();
+    let held = std::thread::spawn(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let body = json!({ "tokens": chunks(30, 2, BT) });
+        let mut r = agent
+            .post(format!("{url}/v1/generate"))
+            .send(serde_json::to_vec(&body).unwrap().as_slice())
+            .unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&r.body_mut().read_to_vec().unwrap()).unwrap();
+        v
+    });
+    // Wait (bounded) until the router counts it in flight on n1.
+    let start = std::time::Instant::now();
+    loop {
+        let b = router.get("/v1/backends").json();
+        if b["backends"][0]["in_flight"] == 1 {
+            break;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "never in flight: {b}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Turn 1 would pick n2 anyway; turn 2 would pick n1 on a tie, but n1 has a request in
+    // flight.
+    for seed in [31, 32] {
+        let v = router.generate(&chunks(seed, 1, BT), None);
+        assert_eq!(v["routed_to"], "n2", "{v}");
+        let n1 = v["route"]["candidates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["node"] == "n1")
+            .unwrap()
+            .clone();
+        assert_eq!(n1["load"], 1, "{v}");
+    }
+    let first = held.join().unwrap();
+    assert_eq!(first["routed_to"], "n1", "{first}");
+    assert_eq!(first["recomputed_tokens"], 2 * BT as u64, "{first}");
+    let b = router.get("/v1/backends").json();
+    assert_eq!(b["backends"][0]["in_flight"], 0, "{b}");
+    assert_eq!(b["backends"][0]["forwarded"], 1, "{b}");
+    assert_eq!(b["backends"][1]["forwarded"], 2, "{b}");
 }
