@@ -76,6 +76,18 @@ impl Client {
         checked("GET", &self.url(path), resp)
     }
 
+    /// `HEAD path`: the status code, whatever it is (only a failed connection is an error).
+    pub(crate) fn head_status(&self, path: &str) -> anyhow::Result<u16> {
+        let mut req = self.agent.head(self.url(path));
+        if let Some(a) = self.auth() {
+            req = req.header("authorization", a);
+        }
+        let resp = req
+            .call()
+            .with_context(|| format!("HEAD {}", self.url(path)))?;
+        Ok(resp.status().as_u16())
+    }
+
     /// `PUT path` with `body` and extra headers; the response if it is a success.
     pub(crate) fn put(
         &self,

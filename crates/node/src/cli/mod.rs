@@ -15,6 +15,12 @@
 //! kvfabric demo [--agents N] [--docs N] [--seed S]    the multi-agent workload on 3 nodes
 //! kvfabric bench directory [--records N] [--clients C] [--lookups L] [--skip-etcd]
 //!                                                     directory vs etcd, ratio last
+//! kvfabric engine-sim --node URL --listen ADDR [--model M] [--prefill-tokens-per-s R]
+//!                                                     a stand-in engine over one node
+//! kvfabric router --listen ADDR --backend NODE=URL... --node URL [--policy P]
+//!                                                     route prompts to engines by score and load
+//! kvfabric bench reuse [--agents N] [--docs N] [--seed S]
+//!                                                     round-robin vs prefix vs kvfabric routing
 //! ```
 
 mod bench;
@@ -22,12 +28,15 @@ mod certs;
 mod client;
 mod cluster;
 mod demo;
+mod engine_sim;
 pub(crate) mod exit;
 mod get;
+mod json_api;
 mod lookup;
 mod models;
 mod node;
 mod put;
+mod router;
 mod status;
 
 use clap::{Parser, Subcommand};
@@ -62,6 +71,10 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Benchmarks that print a ratio against a baseline measured in the same run.
     Bench(bench::BenchArgs),
+    /// A stand-in LLM engine over one node: reads the blocks the fabric has, prefills the rest.
+    EngineSim(engine_sim::EngineSimArgs),
+    /// A reference router: forwards prompts to engines by route score and load.
+    Router(router::RouterArgs),
 }
 
 /// Runs the parsed command.
@@ -77,6 +90,8 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cluster(a) => cluster::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::EngineSim(a) => engine_sim::run(a),
+        Command::Router(a) => router::run(a),
     }
 }
 

@@ -6,10 +6,14 @@
 //! The kvfabric members run in this process (the node has no API for raw ownership records),
 //! each with its own QUIC Raft endpoint, certificate and redb store; registrations go through
 //! the [`kvfabric_directory::Batcher`], the production write path.
+//!
+//! `kvfabric bench reuse` ([`reuse`]): routing policies compared through `kvfabric router`.
 
 mod etcd;
 mod kvf;
 mod report;
+mod reuse;
+mod reuse_report;
 
 use std::path::PathBuf;
 
@@ -27,6 +31,9 @@ pub(crate) struct BenchArgs {
 enum BenchCommand {
     /// Directory registrations and lookups, kvfabric against etcd.
     Directory(DirectoryArgs),
+    /// The multi-agent workload through `kvfabric router`: round-robin vs prefix-only vs
+    /// kvfabric scoring on a 3-node cluster.
+    Reuse(reuse::ReuseArgs),
 }
 
 /// Arguments of `kvfabric bench directory`.
@@ -61,6 +68,7 @@ pub(crate) struct DirectoryArgs {
 pub(crate) fn run(a: BenchArgs) -> anyhow::Result<()> {
     match a.which {
         BenchCommand::Directory(d) => run_directory(d),
+        BenchCommand::Reuse(r) => reuse::run(r),
     }
 }
 

@@ -12,9 +12,9 @@
 //! and stops the cluster with the code `cluster down` uses: always, also on failure and on
 //! Ctrl-C or SIGTERM, and checks that no node process is left.
 
-mod driver;
-mod report;
-mod workload;
+pub(crate) mod driver;
+pub(crate) mod report;
+pub(crate) mod workload;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -220,7 +220,7 @@ fn session(a: &DemoArgs, g: &ModelGeometry, dir: &Path, stop: &AtomicBool) -> an
 
 /// A fresh directory: `dir` if given (created; refused unless empty), else a new one under the
 /// system's temporary directory. The path, and whether it is temporary.
-fn prepare_dir(dir: Option<&Path>) -> anyhow::Result<(PathBuf, bool)> {
+pub(crate) fn prepare_dir(dir: Option<&Path>) -> anyhow::Result<(PathBuf, bool)> {
     let (path, temporary) = match dir {
         Some(d) => {
             if d.exists() {
@@ -254,7 +254,7 @@ fn prepare_dir(dir: Option<&Path>) -> anyhow::Result<(PathBuf, bool)> {
 
 /// Runs `kvfabric cluster <sub> --dir DIR <rest>` in this process (the same code as the
 /// command).
-fn cluster_command(dir: &Path, sub: &str, rest: &[&str]) -> anyhow::Result<()> {
+pub(crate) fn cluster_command(dir: &Path, sub: &str, rest: &[&str]) -> anyhow::Result<()> {
     let mut argv: Vec<OsString> = vec!["cluster".into(), sub.into(), "--dir".into()];
     argv.push(dir.as_os_str().to_owned());
     argv.extend(rest.iter().map(OsString::from));
@@ -266,7 +266,22 @@ fn cluster_command(dir: &Path, sub: &str, rest: &[&str]) -> anyhow::Result<()> {
 }
 
 /// The API of each node, from the configs `cluster up` wrote.
-fn node_apis(dir: &Path) -> anyhow::Result<Vec<NodeApi>> {
+pub(crate) fn node_apis(dir: &Path) -> anyhow::Result<Vec<NodeApi>> {
+    node_urls(dir)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, node)| {
+            let client = Client::new(&ClientArgs { node, token: None })?;
+            Ok(NodeApi {
+                name: format!("n{}", i + 1),
+                client,
+            })
+        })
+        .collect()
+}
+
+/// Each node's API URL (`http://host:port`), from the configs `cluster up` wrote.
+pub(crate) fn node_urls(dir: &Path) -> anyhow::Result<Vec<String>> {
     (1..=NODES)
         .map(|id| {
             let path = dir.join(format!("node{id}.toml"));
@@ -279,21 +294,14 @@ fn node_apis(dir: &Path) -> anyhow::Result<Vec<NodeApi>> {
                 .and_then(|n| n.get("http_listen"))
                 .and_then(toml::Value::as_str)
                 .with_context(|| format!("{}: no node.http_listen", path.display()))?;
-            let client = Client::new(&ClientArgs {
-                node: format!("http://{listen}"),
-                token: None,
-            })?;
-            Ok(NodeApi {
-                name: format!("n{id}"),
-                client,
-            })
+            Ok(format!("http://{listen}"))
         })
         .collect()
 }
 
 /// Fails if any process still runs with one of the cluster's configs on its command line
 /// (independent of pid files).
-fn none_running(dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn none_running(dir: &Path) -> anyhow::Result<()> {
     let configs: Vec<OsString> = (1..=NODES)
         .map(|id| dir.join(format!("node{id}.toml")).into_os_string())
         .collect();
@@ -335,7 +343,7 @@ fn none_running(dir: &Path) -> anyhow::Result<()> {
 /// Raises `stop` on the first SIGINT or SIGTERM (later ones are ignored while the demo stops
 /// the cluster). The nodes run in their own process group, so a terminal's Ctrl-C reaches only
 /// this process.
-fn watch_signals(stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+pub(crate) fn watch_signals(stop: Arc<AtomicBool>) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
