@@ -7,12 +7,13 @@
 //! their order inside the entry does not matter.
 //!
 //! [`Batcher`] drives a queue from a task (group commit, pipelined): callers await the commit
-//! of the entry that carried their record. Whenever a pipeline slot is free (at most
-//! `batch_inflight_max` entries in flight) and no further request is already queued, what is
-//! pending is proposed at once: closed-loop callers never wait out a batching delay, and
-//! records accumulate into larger entries exactly while earlier ones are committing. A full
-//! batch, or one whose oldest record has waited `batch_delay_ms_max`, takes the next free
-//! slot first. Two entries in flight together never touch the same `(block, tier)` record or
+//! of the entry that carried their record. When nothing is in flight and no further request
+//! is already queued, what is pending is proposed at once: a lone caller never waits out a
+//! batching delay. While entries are in flight, records gather into the next one, which is
+//! proposed in a free slot (at most `batch_inflight_max` entries in flight) once it is full or
+//! its oldest record has waited `batch_delay_ms_max`, or at once when the pipeline drains: so
+//! entries grow with the load instead of multiplying (each entry costs a Raft round and a
+//! log write on every member, whatever its size). Two entries in flight together never touch the same `(block, tier)` record or
 //! chunk key (a later one waits), so however the leader orders concurrent proposals, every
 //! record ends as its last operation left it. Back-pressure: the request channel is bounded
 //! by `batch_queue_max`, and the task stops taking requests while full batches wait for slots.
@@ -292,8 +293,8 @@ impl Pipeline {
         self.touched.values().any(|t| t.overlaps(batch))
     }
 
-    /// Proposes, while slots are free: full batches in order, then (group commit) whatever
-    /// is pending, since no caller is left to wait for. A batch that touches a record of an
+    /// Proposes, while slots are free: full (or due) batches in order, then, when nothing is
+    /// in flight, whatever is pending (group commit: no caller is left to wait for). A batch that touches a record of an
     /// entry in flight waits for that entry, and so does everything behind it.
     fn propose(&mut self) {
         while self.in_flight.len() < self.depth {
@@ -304,6 +305,11 @@ impl Pipeline {
                 let (batch, waiters) = self.ready.pop_front().expect("checked above");
                 self.start(batch, waiters);
                 continue;
+            }
+            // A partial batch goes only to an idle pipeline: while entries are in flight, records
+            // gather into the next entry (group commit) until it fills or falls due.
+            if !self.in_flight.is_empty() {
+                return;
             }
             let Some(batch) = self.queue.take() else {
                 return;
@@ -386,9 +392,8 @@ async fn run(dir: Directory, queue: BatchQueue, mut rx: mpsc::Receiver<Request>)
                     }
                 }
             }
-            // The pending batch is due but every slot is busy: move it to `ready` so that it
-            // goes first when one frees.
-            _ = sleep_until_opt(deadline), if deadline.is_some() && p.in_flight.len() >= depth => {
+            // The pending batch is due while entries are in flight: it takes the next free slot.
+            _ = sleep_until_opt(deadline), if deadline.is_some() && !p.in_flight.is_empty() => {
                 if let Some(batch) = p.queue.due(now_ms()) {
                     p.ready.push_back((batch, std::mem::take(&mut p.waiters)));
                 }
