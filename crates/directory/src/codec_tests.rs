@@ -45,7 +45,12 @@ fn arb_command() -> impl Strategy<Value = Command> {
             epoch: Epoch(e),
             until_ms: u
         }),
-        any::<u64>().prop_map(|now_ms| Command::ExpireLeases { now_ms }),
+        (any::<u64>(), any::<u64>()).prop_map(|(now_ms, keep_chunks_ms)| {
+            Command::ExpireLeases {
+                now_ms,
+                keep_chunks_ms,
+            }
+        }),
         batch,
     ]
 }
@@ -148,9 +153,12 @@ fn stream_round_trip() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let frame = request(Command::ExpireLeases { now_ms: 7 })
-        .encode(MAX)
-        .unwrap();
+    let frame = request(Command::ExpireLeases {
+        now_ms: 7,
+        keep_chunks_ms: 10,
+    })
+    .encode(MAX)
+    .unwrap();
     let mut buf = Vec::new();
     rt.block_on(write_frame(&mut buf, &frame)).unwrap();
     buf.extend_from_slice(&frame);

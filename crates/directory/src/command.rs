@@ -52,15 +52,19 @@ pub enum Command {
     /// One node's ownership changes, applied atomically (what the batcher emits).
     Ownership(OwnershipBatch),
     /// Proposed by the leader from its clock: every live node whose lease ended at or before
-    /// `now_ms` is marked expired and all of its owner records are purged, in this one entry.
+    /// `now_ms` is marked expired and all of its owner records are purged, in this one entry;
+    /// dormant blocks past their deadline lose their chunk mappings.
     ExpireLeases {
         /// The leader's clock when it proposed.
         now_ms: u64,
+        /// How long the chunk mappings of blocks left without owners stay, dormant, for a
+        /// holder that returns (joins again and re-registers) — the leader's `lease_ms`.
+        keep_chunks_ms: u64,
     },
 }
 
-/// Ownership changes of one node incarnation. Releases apply first, then claims, then chunk
-/// mappings; a batch built by the batcher never names one `(block, tier)` twice.
+/// Ownership changes of one node incarnation. Claims apply first, then releases (a block
+/// moving between tiers keeps an owner throughout), then chunk mappings; a batch built by the batcher never names one `(block, tier)` twice.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OwnershipBatch {
     /// The node making the changes.

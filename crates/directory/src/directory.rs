@@ -250,7 +250,12 @@ impl Directory {
     /// on its own; this is for operators and tests).
     pub async fn expire_leases(&self) -> Result<Committed, DirectoryError> {
         let now_ms = self.inner.clock.now_ms();
-        self.submit_checked(Command::ExpireLeases { now_ms }).await
+        let keep_chunks_ms = self.inner.config.lease_ms;
+        self.submit_checked(Command::ExpireLeases {
+            now_ms,
+            keep_chunks_ms,
+        })
+        .await
     }
 
     /// Proposes `command` and waits until it is committed and applied; a state-machine

@@ -42,7 +42,10 @@ pub(crate) fn spawn_lease_ticker(
             tracing::info!(member = %inner.id, ?expired, now_ms, "leases expired; proposing purge");
             let request = Request {
                 id: inner.next_request_id(),
-                command: Command::ExpireLeases { now_ms },
+                command: Command::ExpireLeases {
+                    now_ms,
+                    keep_chunks_ms: inner.config.lease_ms,
+                },
             };
             let write = inner.raft.client_write(request);
             let limit = Duration::from_millis(inner.config.write_timeout_ms);

@@ -8,13 +8,14 @@
 //! - a block with no owner is absent, and every chunk key names a block that is present or
 //!   dormant (never both).
 //!
-//! Dormant blocks: a node's join purges its records of the previous incarnation, and the
-//! node then registers again what it recovered from disk, by block id alone (a store does not
-//! persist chunk keys). A block whose last owner was the joining node keeps its chunk
-//! mappings, dormant, until that join's lease deadline: a claim before then revives it with
-//! its chunk keys, so a restart (even of every member at once) loses no chunk mapping of a
-//! block that comes back. Dormant blocks resolve to nothing; `ExpireLeases` drops the chunk
-//! mappings of those still unclaimed at their deadline.
+//! Dormant blocks: a node's join purges its records of the previous incarnation, and an
+//! expired lease purges a paused or partitioned node's records; the node then (joins again
+//! and) registers what it holds, by block id alone (a store does not persist chunk keys). A
+//! block whose last owner was that node keeps its chunk mappings, dormant — until the join's
+//! lease deadline, or for `keep_chunks_ms` after the expiry: a claim before then revives it
+//! with its chunk keys, so a restart (even of every member at once) or a long pause loses no
+//! chunk mapping of a block that comes back. Dormant blocks resolve to nothing;
+//! `ExpireLeases` drops the chunk mappings of those still unclaimed at their deadline.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -169,7 +170,10 @@ impl ShardState {
                 }
             },
             Command::Ownership(batch) => self.ownership(batch),
-            Command::ExpireLeases { now_ms } => self.expire(*now_ms),
+            Command::ExpireLeases {
+                now_ms,
+                keep_chunks_ms,
+            } => self.expire(*now_ms, *keep_chunks_ms),
         }
     }
 
@@ -265,10 +269,12 @@ impl ShardState {
         }
     }
 
-    fn expire(&mut self, now_ms: u64) -> CommandReply {
+    fn expire(&mut self, now_ms: u64, keep_chunks_ms: u64) -> CommandReply {
         let mut nodes = Vec::new();
+        let dormant_until = now_ms.saturating_add(keep_chunks_ms);
         for node in self.expired_at(now_ms) {
-            let (records_purged, chunks_dropped) = self.purge_node(node, None);
+            let keep = (keep_chunks_ms > 0).then_some(dormant_until);
+            let (records_purged, chunks_dropped) = self.purge_node(node, keep);
             let rec = self.nodes.get_mut(&node).expect("listed by expired_at");
             rec.liveness = Liveness::Expired;
             nodes.push(ExpiredNode {

@@ -120,7 +120,10 @@ fn a_rejoining_holder_keeps_its_chunks_dormant_until_it_claims_again() {
         epoch: e2,
         until_ms: 9_000,
     });
-    s.apply(&Command::ExpireLeases { now_ms: 5_000 });
+    s.apply(&Command::ExpireLeases {
+        now_ms: 5_000,
+        keep_chunks_ms: 0,
+    });
     assert_eq!(s.dormant_count(), 0);
     assert_eq!(s.chunk_count(), 1, "only block 1's mapping is left");
     assert_eq!(s.resolve(&chunk(1)), Some(block(1)));
@@ -194,7 +197,10 @@ fn expiry_purges_only_lapsed_nodes_and_blocks_their_claims() {
     });
     assert_eq!(s.expired_at(999), Vec::<NodeId>::new());
     assert_eq!(s.expired_at(1_000), vec![NodeId(1)]);
-    let r = s.apply(&Command::ExpireLeases { now_ms: 1_000 });
+    let r = s.apply(&Command::ExpireLeases {
+        now_ms: 1_000,
+        keep_chunks_ms: 0,
+    });
     let CommandReply::Expired { nodes } = r else {
         panic!("expected Expired, found {r:?}")
     };
@@ -271,4 +277,33 @@ fn a_retried_request_applies_once() {
     };
     s.apply_request(&other, 6);
     assert_eq!(s.node(NodeId(1)).unwrap().epoch, e1.next());
+}
+
+#[test]
+fn an_expired_holder_that_returns_within_the_grace_gets_its_chunks_back() {
+    let mut s = ShardState::new(ShardId(0));
+    let e1 = join(&mut s, 1, 1_000);
+    claim(&mut s, 1, e1, &[1, 2]);
+    // Paused past its lease: purged, chunk mappings dormant for 3 s.
+    s.apply(&Command::ExpireLeases {
+        now_ms: 1_000,
+        keep_chunks_ms: 3_000,
+    });
+    assert_eq!(s.resolve(&chunk(1)), None);
+    assert_eq!(s.dormant_count(), 2);
+    s.check_invariants().unwrap();
+    // It resumes, joins again and registers block 1 by id within the grace.
+    let e2 = join(&mut s, 1, 9_000);
+    let again = OwnershipBatch::claim(NodeId(1), e2, vec![(block(1), Tier::Host)], vec![]);
+    s.apply(&Command::Ownership(again));
+    assert_eq!(s.resolve(&chunk(1)), Some(block(1)));
+    // Block 2's mapping goes at the end of the grace.
+    assert!(s.expiry_due(4_000));
+    s.apply(&Command::ExpireLeases {
+        now_ms: 4_000,
+        keep_chunks_ms: 3_000,
+    });
+    assert_eq!(s.chunk_count(), 1);
+    assert_eq!(s.dormant_count(), 0);
+    s.check_invariants().unwrap();
 }
