@@ -2,6 +2,8 @@
 //! ratio line; it stops every process it started and removes its working directory. Runs the
 //! etcd side only where `etcd` is installed (`--skip-etcd` otherwise, and the ratio is `n/a`).
 
+mod procs;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -12,21 +14,7 @@ fn etcd_installed() -> bool {
 
 /// Pids of live processes whose command line mentions `dir`.
 fn processes_naming(dir: &Path) -> Vec<String> {
-    let want = dir.as_os_str().as_encoded_bytes();
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if !name.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        if cmdline.windows(want.len()).any(|w| w == want) {
-            found.push(name);
-        }
-    }
-    found
+    procs::live_processes_matching(dir.as_os_str().as_encoded_bytes())
 }
 
 #[test]

@@ -1,33 +1,14 @@
 //! `kvfabric bench reuse` with a small workload: three fresh clusters (one per policy), the
 //! table with a row per policy, the ratio line last, and no process left running.
 
+mod procs;
+
 use std::path::Path;
 use std::process::Command;
 
 /// Pids of live processes whose command line mentions `dir`.
 fn processes_naming(dir: &Path) -> Vec<String> {
-    let want = dir.as_os_str().as_encoded_bytes();
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if !name.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
-        let zombie = stat
-            .rsplit_once(')')
-            .and_then(|(_, r)| r.split_whitespace().next())
-            .is_none_or(|s| s == "Z" || s == "X");
-        if !zombie && cmdline.windows(want.len()).any(|w| w == want) {
-            found.push(name);
-        }
-    }
-    found
+    procs::live_processes_matching(dir.as_os_str().as_encoded_bytes())
 }
 
 #[test]

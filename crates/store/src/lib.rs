@@ -12,6 +12,8 @@
 
 pub mod alloc;
 pub mod arena;
+#[cfg(feature = "bench")]
+pub mod bench;
 pub mod block;
 pub mod chunk;
 pub mod dtype;

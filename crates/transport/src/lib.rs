@@ -160,6 +160,8 @@
 //! quinn's reassembled `Bytes` without a copy, and a contiguous [`VerifiedBlock`] needs the
 //! one remaining copy unless quinn decrypted into the caller's buffer.
 
+#[cfg(feature = "bench")]
+pub mod bench;
 pub mod certs;
 pub mod config;
 pub mod conformance;

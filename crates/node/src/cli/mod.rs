@@ -21,6 +21,8 @@
 //!                                                     route prompts to engines by score and load
 //! kvfabric bench reuse [--agents N] [--docs N] [--seed S]
 //!                                                     round-robin vs prefix vs kvfabric routing
+//! kvfabric bench store [--blocks N] [--rounds R]      sealing vs blake3, disk tier vs file I/O
+//! kvfabric bench transport [OPTIONS]                  QUIC (UCX) vs TCP between two processes
 //! ```
 
 mod bench;

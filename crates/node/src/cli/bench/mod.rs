@@ -8,12 +8,16 @@
 //! the [`kvfabric_directory::Batcher`], the production write path.
 //!
 //! `kvfabric bench reuse` ([`reuse`]): routing policies compared through `kvfabric router`.
+//! `kvfabric bench store` ([`store`]) and `kvfabric bench transport` ([`transport`]): the
+//! store and transport crates' benchmarks, the same code as their cargo bench targets.
 
 mod etcd;
 mod kvf;
 mod report;
 mod reuse;
 mod reuse_report;
+mod store;
+mod transport;
 
 use std::path::PathBuf;
 
@@ -34,6 +38,10 @@ enum BenchCommand {
     /// The multi-agent workload through `kvfabric router`: round-robin vs prefix-only vs
     /// kvfabric scoring on a 3-node cluster.
     Reuse(reuse::ReuseArgs),
+    /// The store: sealing vs plain blake3, the disk tier vs plain file I/O.
+    Store(store::StoreArgs),
+    /// The transport: 4.5 MB blocks between two processes, QUIC (and UCX) vs a TCP copy.
+    Transport(transport::TransportArgs),
 }
 
 /// Arguments of `kvfabric bench directory`.
@@ -69,6 +77,8 @@ pub(crate) fn run(a: BenchArgs) -> anyhow::Result<()> {
     match a.which {
         BenchCommand::Directory(d) => run_directory(d),
         BenchCommand::Reuse(r) => reuse::run(r),
+        BenchCommand::Store(s) => store::run(s),
+        BenchCommand::Transport(t) => transport::run(t),
     }
 }
 

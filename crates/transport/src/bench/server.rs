@@ -9,15 +9,15 @@ use std::io::{BufRead, Write};
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::conformance::sources::test_block;
+use crate::{MemorySource, NodeIdentity, QuicTransport};
 use bytes::Bytes;
 use kvfabric_store::NamespaceKey;
-use kvfabric_transport::conformance::sources::test_block;
-use kvfabric_transport::{MemorySource, NodeIdentity, QuicTransport};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::opts::Opts;
-use crate::{ns, PAYLOAD_BYTES};
+use super::opts::Opts;
+use super::{ns, PAYLOAD_BYTES};
 
 /// The bench's blocks, deterministic per index.
 pub(crate) fn blocks(namespace: NamespaceKey, n: usize) -> Vec<kvfabric_store::VerifiedBlock> {
@@ -45,8 +45,9 @@ async fn serve_tcp(mut stream: TcpStream, blocks: Arc<Vec<Bytes>>) -> anyhow::Re
     }
 }
 
+/// Serves the bench's blocks until standard input closes.
 pub(crate) fn run(dir: &Path, opts: &Opts) -> anyhow::Result<()> {
-    let rt = crate::runtime()?;
+    let rt = super::runtime(opts.server_workers)?;
     rt.block_on(async {
         let blocks = blocks(ns(), opts.blocks);
         let source = Arc::new(MemorySource::new());
@@ -60,8 +61,7 @@ pub(crate) fn run(dir: &Path, opts: &Opts) -> anyhow::Result<()> {
         let tuned = QuicTransport::bind(opts.tuned(), &identity, lo, source.clone()).await?;
         let stock = QuicTransport::bind(opts.stock(), &identity, lo, source.clone()).await?;
         #[cfg(feature = "ucx")]
-        let ucx = kvfabric_transport::UcxTransport::bind(opts.tuned(), "node1", lo, source.clone())
-            .await?;
+        let ucx = crate::UcxTransport::bind(opts.tuned(), "node1", lo, source.clone()).await?;
         #[cfg(feature = "ucx")]
         let ucx_addr = ucx.local_addr().to_string();
         #[cfg(not(feature = "ucx"))]

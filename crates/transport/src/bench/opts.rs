@@ -1,6 +1,8 @@
 //! Command-line knobs shared by the bench's two processes (the parent forwards its own).
 
-use kvfabric_transport::{QuicTuning, TransportConfig, UcxTuning};
+use std::path::PathBuf;
+
+use crate::{QuicTuning, TransportConfig, UcxTuning};
 
 /// What one run measures, and the QUIC settings under test.
 #[derive(Debug, Clone)]
@@ -18,11 +20,18 @@ pub(crate) struct Opts {
     /// UCX settings under test (phase (d), with the `ucx` feature).
     #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
     pub(crate) ucx: UcxTuning,
+    /// Tokio worker threads of the client process (0: the calling thread alone).
+    pub(crate) workers: usize,
+    /// Tokio worker threads of the server process (0: the calling thread alone).
+    pub(crate) server_workers: usize,
+    /// `--serve DIR`: be the server process, with the certificates in DIR.
+    pub(crate) serve: Option<PathBuf>,
     /// Args as given, to forward to the child.
     pub(crate) raw: Vec<String>,
 }
 
 impl Opts {
+    /// Parses the bench's options; an unknown one is an error (cargo's `--bench` aside).
     pub(crate) fn parse(args: &[String]) -> anyhow::Result<Opts> {
         let mut o = Opts {
             blocks: 16,
@@ -31,6 +40,9 @@ impl Opts {
             tuning: QuicTuning::default(),
             skip_stock: false,
             ucx: UcxTuning::default(),
+            workers: 1,
+            server_workers: 1,
+            serve: None,
             raw: Vec::new(),
         };
         let mut it = args.iter().peekable();
@@ -40,12 +52,18 @@ impl Opts {
                     .next()
                     .ok_or_else(|| anyhow::anyhow!("{name} needs a value"))?;
                 o.raw.extend([name.to_string(), v.clone()]);
-                Ok(v.parse()?)
+                v.parse()
+                    .map_err(|e| anyhow::anyhow!("{name}: expected a number, found {v:?}: {e}"))
             };
             match a.as_str() {
                 "--blocks" => o.blocks = value(a)? as usize,
-                "--workers" | "--server-workers" => {
-                    value(a)?;
+                "--workers" => o.workers = value(a)? as usize,
+                "--server-workers" => o.server_workers = value(a)? as usize,
+                "--serve" => {
+                    let dir = it
+                        .next()
+                        .ok_or_else(|| anyhow::anyhow!("--serve needs a value"))?;
+                    o.serve = Some(PathBuf::from(dir));
                 }
                 "--rounds" => o.rounds = value(a)? as usize,
                 "--inflight" => o.inflight = value(a)? as usize,
@@ -87,10 +105,14 @@ impl Opts {
                     o.skip_stock = true;
                     o.raw.push(a.clone());
                 }
-                // cargo bench passes `--bench`; anything else unknown is ignored too.
-                _ => {}
+                // cargo bench passes `--bench`.
+                "--bench" => {}
+                other => anyhow::bail!("unknown transport bench option {other:?}"),
             }
         }
+        anyhow::ensure!(o.blocks > 0, "--blocks: expected at least 1, found 0");
+        anyhow::ensure!(o.rounds > 0, "--rounds: expected at least 1, found 0");
+        anyhow::ensure!(o.inflight > 0, "--inflight: expected at least 1, found 0");
         Ok(o)
     }
 
