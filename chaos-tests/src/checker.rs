@@ -62,6 +62,13 @@ pub struct Checked {
     pub keys_unknown: u64,
     /// Unavailability after each leader loss: ms to the first put that then succeeded.
     pub unavailability_ms: Vec<f64>,
+    /// Finding (not a violation): acknowledged blocks some node still holds whose chunk key
+    /// no longer resolves. The directory drops a chunk mapping when its block loses every
+    /// owner record (leases expired, or holders rejoined), and holders re-register blocks
+    /// without their chunk keys, so the mapping stays lost although the bytes survive.
+    pub unmapped_but_held: u64,
+    /// Up to 5 examples of [`Checked::unmapped_but_held`]: chunk key, block, holders.
+    pub unmapped_examples: Vec<String>,
 }
 
 impl Checked {
@@ -77,6 +84,13 @@ impl Checked {
 
 fn value_of(block: &str) -> u64 {
     u64::from_str_radix(block.get(..15).unwrap_or("0"), 16).unwrap_or(0) + 1
+}
+
+fn key_of(op: &crate::history::Op) -> &str {
+    match &op.request {
+        Request::Put { key, .. } | Request::Lookup { key } => key,
+        Request::Get { .. } => "",
+    }
 }
 
 fn ns(ms: f64) -> u64 {
@@ -116,6 +130,14 @@ pub fn check(h: &Recorded, end: &FinalState) -> Checked {
         };
         out.acked_checked += 1;
         if !holders.is_empty() {
+            if let (Request::Put { key, .. }, Some(None)) = (&op.request, end.mapped.get(key_of(op)))
+            {
+                out.unmapped_but_held += 1;
+                if out.unmapped_examples.len() < 5 {
+                    out.unmapped_examples
+                        .push(format!("key {key} -> block {block}, held by {holders:?}"));
+                }
+            }
             continue;
         }
         let failed: BTreeSet<u64> = h

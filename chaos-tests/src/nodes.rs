@@ -218,8 +218,8 @@ fn flip(path: &Path, at: u64) -> std::io::Result<()> {
 }
 
 /// Kills node processes left by a crashed earlier run (found by their pid files under
-/// [`RUNS_DIR`], checked to be `kvfabric` processes) and removes those runs' directories,
-/// except `keep`. Returns the number of processes killed.
+/// [`RUNS_DIR`], checked to be `kvfabric` processes); `keep` (this run) is skipped. Returns
+/// the number of processes killed.
 pub fn reap_leftovers(keep: &Path) -> usize {
     let mut killed = 0;
     let Ok(runs) = std::fs::read_dir(RUNS_DIR) else {
@@ -258,7 +258,9 @@ pub fn reap_leftovers(keep: &Path) -> usize {
                 }
             }
         }
-        let _ = std::fs::remove_dir_all(&dir);
+        // The directory stays (its logs explain the crash); the harness pid file goes, so
+        // that the run is known to be over.
+        let _ = std::fs::remove_file(dir.join("harness.pid"));
     }
     killed
 }

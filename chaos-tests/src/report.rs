@@ -65,6 +65,8 @@ pub struct Report {
     pub operations: BTreeMap<String, BTreeMap<String, u64>>,
     /// Faults injected by kind.
     pub faults: BTreeMap<String, u64>,
+    /// Every fault, in order (kind, nodes, start and end ms).
+    pub fault_timeline: Vec<crate::history::Fault>,
     /// Relay packet counters: forwarded, blocked, lost.
     pub packets: BTreeMap<String, u64>,
     /// Violations by kind (every kind listed, zero included).
@@ -147,6 +149,7 @@ impl Report {
             isolation: "loopback+relay".into(),
             operations,
             faults,
+            fault_timeline: h.faults.clone(),
             packets,
             violations_by_kind,
             unavailability: Percentiles::of(&checked.unavailability_ms),
@@ -206,6 +209,13 @@ impl Report {
             "checked: {} reads, {} acknowledged blocks ({} lost with enough failures to excuse it), {} chunk keys ({} past the checker's bound)",
             c.reads_checked, c.acked_checked, c.lost_excused, c.keys_checked, c.keys_unknown
         );
+        if c.unmapped_but_held > 0 {
+            let _ = writeln!(
+                t,
+                "finding: {} acknowledged blocks still held whose chunk key no longer resolves (mapping dropped when every owner record was purged; not restored on re-registration)",
+                c.unmapped_but_held
+            );
+        }
         let u = &self.unavailability;
         let _ = writeln!(
             t,

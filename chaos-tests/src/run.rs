@@ -34,6 +34,8 @@ pub struct RunConfig {
     pub nodes: u32,
     /// Concurrent clients.
     pub clients: u32,
+    /// Bound on one client request (past it the outcome is unknown).
+    pub op_timeout: Duration,
     /// Replication factor.
     pub replication: u32,
     /// Nemesis pace.
@@ -146,7 +148,7 @@ fn drive(
             nodes: vec![l],
             hit_leader: false,
             start_ms: 0.0,
-            end_ms: f64::NAN,
+            end_ms: cfg.duration.as_secs_f64() * 1000.0,
             detail: "serves every block with a byte flipped".into(),
         });
     }
@@ -155,7 +157,7 @@ fn drive(
         apis.to_vec(),
         rec.clone(),
         &mut rng,
-        Duration::from_secs(8),
+        cfg.op_timeout,
     );
     let deadline_ms = cfg.duration.as_secs_f64() * 1000.0;
     nemesis::run(
@@ -175,6 +177,10 @@ fn drive(
     let end = settle(&history, &client, apis, healed_at, cfg.converge_bound);
     let checked = check(&history, &end);
     let report = Report::new(cfg, &history, &end, checked, net, dir);
+    if !report.passed() || cfg.keep {
+        // The whole history beside the logs, for the failing seed's post-mortem.
+        std::fs::write(dir.join("history.json"), serde_json::to_vec(&history)?)?;
+    }
     Ok(report)
 }
 
@@ -221,6 +227,9 @@ fn settle(
         for (key, block) in &sample {
             let holders = holders_of(client, apis, block);
             let owners = match client.lookup(&apis[0], key) {
+                // The key no longer resolves (its mapping was dropped): the owners of its
+                // block cannot be read over HTTP; counted as a finding by the checker.
+                Outcome::Looked { block: None, .. } => continue,
                 Outcome::Looked { owners, .. } => owners,
                 other => {
                     note = format!("lookup of {key}: {other:?}");

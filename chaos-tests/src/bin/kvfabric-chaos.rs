@@ -30,8 +30,11 @@ struct Args {
     #[arg(long, default_value_t = 3)]
     nodes: u32,
     /// Concurrent clients.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 6)]
     clients: u32,
+    /// Bound on one client request, ms (past it the outcome is unknown).
+    #[arg(long, default_value_t = 3000)]
+    op_timeout_ms: u64,
     /// Replication factor.
     #[arg(long, default_value_t = 2)]
     replication: u32,
@@ -139,6 +142,7 @@ fn main() {
         duration: dur,
         nodes: a.nodes,
         clients: a.clients,
+        op_timeout: Duration::from_millis(a.op_timeout_ms),
         replication: a.replication,
         pace: Pace {
             quiet_ms: (q0, q1.max(q0)),
