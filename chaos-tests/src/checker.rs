@@ -130,7 +130,8 @@ pub fn check(h: &Recorded, end: &FinalState) -> Checked {
         };
         out.acked_checked += 1;
         if !holders.is_empty() {
-            if let (Request::Put { key, .. }, Some(None)) = (&op.request, end.mapped.get(key_of(op)))
+            if let (Request::Put { key, .. }, Some(None)) =
+                (&op.request, end.mapped.get(key_of(op)))
             {
                 out.unmapped_but_held += 1;
                 if out.unmapped_examples.len() < 5 {

@@ -1,6 +1,7 @@
 //! The workload: concurrent clients putting blocks under fresh chunk keys, getting acknowledged
 //! blocks from any node, and looking chunk keys up linearizably on any node, every operation
-//! recorded. (`POST /v1/route` is `not yet` in this build's API, so there is no route op.)
+//! recorded, plus one reader per node doing linearizable lookups of the newest keys. (`POST
+//! /v1/route` is `not yet` in this build's API, so there is no route op.)
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,6 +11,9 @@ use std::time::Duration;
 use crate::client::{Client, Outcome};
 use crate::history::{Op, Recorder, Request};
 use crate::rng::Rng;
+
+/// Client ids of the per-node readers start here (reader of node `n`: this + `n`).
+pub const READER_CLIENT_BASE: u32 = 1000;
 
 /// Keys and blocks the clients have used, shared so that reads target recent writes.
 #[derive(Debug, Default)]
@@ -118,7 +122,42 @@ impl Workload {
                     }
                 })
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let mut threads = threads;
+        // One reader pinned to each node: linearizable lookups of the newest keys, so that
+        // every node, an isolated one included, keeps answering reads the checker can judge
+        // (the other clients get stuck on a cut-off node's writes).
+        for (i, api) in apis.iter().enumerate() {
+            let node = i as u64 + 1;
+            let mut rng = rng.fork(1000 + node);
+            let (stop, known, rec, api) = (stop.clone(), known.clone(), rec.clone(), api.clone());
+            let client = Client::new(timeout);
+            threads.push(std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let key = {
+                        let k = known.lock().unwrap_or_else(|p| p.into_inner());
+                        let n = k.keys.len().min(16) as u64;
+                        (n > 0).then(|| k.keys[k.keys.len() - 1 - rng.below(n) as usize].clone())
+                    };
+                    let Some(key) = key else {
+                        std::thread::sleep(Duration::from_millis(50));
+                        continue;
+                    };
+                    let invoke_ms = rec.now_ms();
+                    let outcome = client.lookup(&api, &key);
+                    let complete_ms = rec.now_ms();
+                    rec.op(Op {
+                        client: READER_CLIENT_BASE + node as u32,
+                        node,
+                        request: Request::Lookup { key },
+                        invoke_ms,
+                        complete_ms,
+                        outcome,
+                    });
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }));
+        }
         Workload { stop, threads }
     }
 
