@@ -3,7 +3,9 @@
 //!
 //! Loopback addressing: node `i` listens on `127.0.2.i` (so the relays recognise its packets
 //! by source IP) and is advertised to its peers at `127.0.1.i` (the relay in front of it), on
-//! the same ports, as the node's config requires. Clients reach the HTTP API directly.
+//! the same ports, as the node's config requires. In namespaces ([`Addressing::Netns`]) node
+//! `i` listens on its own address and is advertised at the bridge, where the relays run.
+//! Clients reach the HTTP API directly.
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
@@ -94,53 +96,88 @@ pub fn node_of(ip: IpAddr) -> Option<u64> {
     }
 }
 
-fn free_udp(ip: IpAddr) -> anyhow::Result<u16> {
+/// Where a run's nodes listen and are advertised.
+#[derive(Debug, Clone, Copy)]
+pub enum Addressing {
+    /// Loopback: node `i` listens on `127.0.2.i`, its relay on `127.0.1.i`.
+    Loopback,
+    /// Namespaces: node `i` listens on `node_ip(i)` inside its namespace, every relay front
+    /// on the bridge address `relay`; HTTP on port [`NETNS_HTTP_PORT`] of the node's address.
+    Netns {
+        /// First three octets of the subnet.
+        subnet: [u8; 3],
+        /// The bridge address.
+        relay: IpAddr,
+    },
+}
+
+/// The HTTP port of a node in its own namespace.
+pub const NETNS_HTTP_PORT: u16 = 7100;
+
+impl Addressing {
+    fn listen(&self, id: u64) -> IpAddr {
+        match self {
+            Addressing::Loopback => listen_ip(id),
+            Addressing::Netns { subnet, .. } => {
+                IpAddr::V4(Ipv4Addr::new(subnet[0], subnet[1], subnet[2], id as u8))
+            }
+        }
+    }
+
+    fn advertised(&self, id: u64) -> IpAddr {
+        match self {
+            Addressing::Loopback => advertised_ip(id),
+            Addressing::Netns { relay, .. } => *relay,
+        }
+    }
+}
+
+/// A UDP port free on `front` (and, on loopback, on `listen` too) not in `taken`.
+fn free_udp(front: IpAddr, listen: Option<IpAddr>, taken: &[u16]) -> anyhow::Result<u16> {
     for _ in 0..50 {
-        let s = UdpSocket::bind(SocketAddr::new(ip, 0)).context("finding a free UDP port")?;
+        let s = UdpSocket::bind(SocketAddr::new(front, 0)).context("finding a free UDP port")?;
         let port = s.local_addr()?.port();
         drop(s);
-        // The same port must be free on the listen address too.
-        let other = if ip == advertised_ip(ip_last(ip)) {
-            listen_ip(ip_last(ip))
-        } else {
-            ip
-        };
-        if UdpSocket::bind(SocketAddr::new(other, port)).is_ok() {
+        if taken.contains(&port) {
+            continue;
+        }
+        if !matches!(listen, Some(ip) if UdpSocket::bind(SocketAddr::new(ip, port)).is_err()) {
             return Ok(port);
         }
     }
-    anyhow::bail!("no UDP port free on both {ip} and its listen address")
-}
-
-fn ip_last(ip: IpAddr) -> u64 {
-    match ip {
-        IpAddr::V4(v) => u64::from(v.octets()[3]),
-        IpAddr::V6(_) => 0,
-    }
+    anyhow::bail!("no UDP port free on {front} and the listen address")
 }
 
 /// Picks addresses for `nodes` nodes under `dir`.
-pub fn plan(dir: &Path, nodes: u32) -> anyhow::Result<Vec<NodeLayout>> {
-    (1..=u64::from(nodes))
-        .map(|id| {
-            let http = TcpListener::bind("127.0.0.1:0")
+pub fn plan(dir: &Path, nodes: u32, addressing: Addressing) -> anyhow::Result<Vec<NodeLayout>> {
+    let mut taken = Vec::new();
+    let mut out = Vec::new();
+    for id in 1..=u64::from(nodes) {
+        let (listen, front) = (addressing.listen(id), addressing.advertised(id));
+        let check = matches!(addressing, Addressing::Loopback).then_some(listen);
+        let http = match addressing {
+            Addressing::Loopback => TcpListener::bind("127.0.0.1:0")
                 .context("finding a free TCP port")?
-                .local_addr()?;
-            let tp = free_udp(advertised_ip(id))?;
-            let rp = free_udp(advertised_ip(id))?;
-            Ok(NodeLayout {
-                id,
-                http,
-                transport: SocketAddr::new(advertised_ip(id), tp),
-                raft: SocketAddr::new(advertised_ip(id), rp),
-                transport_listen: SocketAddr::new(listen_ip(id), tp),
-                raft_listen: SocketAddr::new(listen_ip(id), rp),
-                data_dir: dir.join(format!("node{id}")),
-                config: dir.join(format!("node{id}.toml")),
-                log: dir.join(format!("node{id}.log")),
-            })
-        })
-        .collect()
+                .local_addr()?,
+            Addressing::Netns { .. } => SocketAddr::new(listen, NETNS_HTTP_PORT),
+        };
+        let tp = free_udp(front, check, &taken)?;
+        taken.push(tp);
+        let rp = free_udp(front, check, &taken)?;
+        taken.push(rp);
+        out.push(NodeLayout {
+            id,
+            http,
+            transport: SocketAddr::new(front, tp),
+            raft: SocketAddr::new(front, rp),
+            transport_listen: SocketAddr::new(listen, tp),
+            raft_listen: SocketAddr::new(listen, rp),
+            data_dir: dir.join(format!("node{id}")),
+            config: dir.join(format!("node{id}.toml")),
+            log: dir.join(format!("node{id}.log")),
+        });
+    }
+    Ok(out)
 }
 
 /// The TOML config of `node` in a cluster of `all`; certificates in `dir/certs`, the model in
@@ -201,7 +238,7 @@ mod tests {
         assert_eq!(node_of(listen_ip(3)), Some(3));
         assert_eq!(node_of(advertised_ip(3)), None);
         let dir = std::env::temp_dir().join(format!("kvfc-layout-{}", std::process::id()));
-        let l = plan(&dir, 3).unwrap();
+        let l = plan(&dir, 3, Addressing::Loopback).unwrap();
         for n in &l {
             assert_eq!(n.transport.port(), n.transport_listen.port());
             assert_eq!(node_of(n.raft_listen.ip()), Some(n.id));

@@ -5,6 +5,8 @@
 //! - [`layout`]: addresses, data directories and configs of a run's nodes.
 //! - [`relay`]: the user-space UDP relay every node-to-node packet crosses (partitions, loss,
 //!   delay).
+//! - [`netns`]: nodes as separate hosts in network namespaces, partitions and loss by
+//!   nftables (where namespaces are unavailable the run says so and stays on loopback).
 //! - [`nodes`]: the node processes and the process / disk nemeses.
 //! - [`nemesis`]: the fault schedule.
 //! - [`client`], [`workload`], [`history`]: the clients and what they recorded.
@@ -15,6 +17,7 @@ pub mod client;
 pub mod history;
 pub mod layout;
 pub mod nemesis;
+pub mod netns;
 pub mod nodes;
 pub mod relay;
 pub mod report;

@@ -29,6 +29,7 @@ pub struct Nodes {
     children: Vec<Option<Child>>,
     paused: Vec<bool>,
     planted: Vec<Option<String>>,
+    namespaces: Option<Vec<String>>,
 }
 
 fn pid_file(n: &NodeLayout) -> PathBuf {
@@ -45,7 +46,15 @@ impl Nodes {
             children: (0..n).map(|_| None).collect(),
             paused: vec![false; n],
             planted,
+            namespaces: None,
         }
+    }
+
+    /// Runs node `i + 1` in network namespace `namespaces[i]` (`ip netns exec`, which execs
+    /// the node: the child is the node process itself).
+    pub fn in_namespaces(mut self, namespaces: Vec<String>) -> Nodes {
+        self.namespaces = Some(namespaces);
+        self
     }
 
     /// Number of nodes.
@@ -74,7 +83,14 @@ impl Nodes {
             .append(true)
             .open(&n.log)
             .with_context(|| format!("opening {}", n.log.display()))?;
-        let mut c = Command::new(&self.bin);
+        let mut c = match &self.namespaces {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &ns[i]]).arg(&self.bin);
+                c
+            }
+            None => Command::new(&self.bin),
+        };
         c.arg("node")
             .arg("--config")
             .arg(&n.config)

@@ -52,14 +52,21 @@ pub struct RelayCounters {
     pub lost: AtomicU64,
 }
 
+/// Installs partitions and loss outside the relay (nftables in the nodes' namespaces).
+pub type Firewall = Arc<dyn Fn(&Rules) -> anyhow::Result<()> + Send + Sync>;
+
+/// Names the node a source address belongs to.
+pub type NodeOf = Arc<dyn Fn(IpAddr) -> Option<u64> + Send + Sync>;
+
 /// Shared state of a run's relays.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Net {
-    /// The rules.
+    /// The rules the relays apply.
     pub rules: Arc<Mutex<Rules>>,
     /// The counters.
     pub counters: Arc<RelayCounters>,
     stop: Arc<AtomicBool>,
+    firewall: Option<Firewall>,
 }
 
 impl Default for Net {
@@ -68,13 +75,32 @@ impl Default for Net {
             rules: Arc::new(Mutex::new(Rules::default())),
             counters: Arc::new(RelayCounters::default()),
             stop: Arc::new(AtomicBool::new(false)),
+            firewall: None,
         }
     }
 }
 
 impl Net {
-    /// Replaces the rules.
-    pub fn set(&self, rules: Rules) {
+    /// Relays that leave partitions and loss to `firewall` and only delay.
+    pub fn with_firewall(firewall: Firewall) -> Net {
+        Net {
+            firewall: Some(firewall),
+            ..Net::default()
+        }
+    }
+
+    /// Replaces the rules (with a firewall: it gets the partitions and loss, the relays keep
+    /// the delay). A firewall that fails is reported on stderr, and the relays drop instead.
+    pub fn set(&self, mut rules: Rules) {
+        if let Some(fw) = &self.firewall {
+            match fw(&rules) {
+                Ok(()) => {
+                    rules.blocked.clear();
+                    rules.loss = 0.0;
+                }
+                Err(e) => eprintln!("kvfabric-chaos: nftables: {e:#}; the relays drop instead"),
+            }
+        }
         *self.rules.lock().unwrap_or_else(|p| p.into_inner()) = rules;
     }
 
@@ -161,13 +187,14 @@ pub struct Relay {
 
 impl Relay {
     /// Binds `advertised` and forwards to `target`; `node_of` names the node a source IP
-    /// belongs to.
+    /// belongs to; `upstream` is the address a sender's flows leave from.
     pub fn start(
         net: &Net,
         node: u64,
         advertised: SocketAddr,
         target: SocketAddr,
-        node_of: fn(IpAddr) -> Option<u64>,
+        node_of: NodeOf,
+        upstream: Arc<dyn Fn(Option<u64>) -> IpAddr + Send + Sync>,
         seed: u64,
     ) -> std::io::Result<Relay> {
         let front = Arc::new(UdpSocket::bind(advertised)?);
@@ -191,7 +218,7 @@ impl Relay {
                 let up = match flows.get(&client) {
                     Some(u) => u.clone(),
                     None => {
-                        let Ok(u) = UdpSocket::bind(SocketAddr::new(target.ip(), 0)) else {
+                        let Ok(u) = UdpSocket::bind(SocketAddr::new(upstream(from), 0)) else {
                             continue;
                         };
                         let _ = u.set_read_timeout(Some(POLL));
@@ -304,7 +331,16 @@ mod tests {
             let s = UdpSocket::bind("127.0.1.2:0").unwrap();
             s.local_addr().unwrap()
         };
-        let relay = Relay::start(&net, 2, front, target, node_of, 1).unwrap();
+        let relay = Relay::start(
+            &net,
+            2,
+            front,
+            target,
+            Arc::new(node_of),
+            Arc::new(move |_| target.ip()),
+            1,
+        )
+        .unwrap();
         let c = UdpSocket::bind("127.0.2.1:0").unwrap();
         c.set_read_timeout(Some(Duration::from_millis(500)))
             .unwrap();

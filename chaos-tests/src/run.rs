@@ -13,13 +13,17 @@ use crate::checker::{check, FinalState};
 use crate::client::Client;
 use crate::client::Outcome;
 use crate::history::{Fault, FaultKind, Recorder, Request};
-use crate::layout::{self, NodeSettings};
+use crate::layout::{self, Addressing, NodeSettings};
 use crate::nemesis::{self, Pace};
+use crate::netns::{self, Netns};
 use crate::nodes::{self, Nodes};
+use crate::relay::NodeOf;
 use crate::relay::{Net, Relay};
 use crate::report::Report;
 use crate::rng::Rng;
 use crate::workload::Workload;
+use std::net::IpAddr;
+use std::sync::Arc;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -48,10 +52,47 @@ pub struct RunConfig {
     pub lying_peer: Option<u64>,
     /// Bound on convergence after healing.
     pub converge_bound: Duration,
+    /// How nodes are separated.
+    pub isolation: Isolation,
     /// Where to write the JSON report.
     pub report: PathBuf,
     /// Keep the run directory (logs, data) afterwards.
     pub keep: bool,
+}
+
+/// How nodes are separated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    /// Namespaces where this machine allows them, else loopback (said on stderr).
+    Auto,
+    /// Namespaces, or fail.
+    Netns,
+    /// Loopback and the relay.
+    Loopback,
+}
+
+type Upstream = Arc<dyn Fn(Option<u64>) -> IpAddr + Send + Sync>;
+
+/// Sets up namespaces when asked for and possible; `None`: loopback.
+fn choose_isolation(want: Isolation, nodes: u32) -> anyhow::Result<Option<Arc<Netns>>> {
+    if want == Isolation::Loopback {
+        return Ok(None);
+    }
+    let removed = netns::reap_leftovers();
+    if removed > 0 {
+        eprintln!("kvfabric-chaos: removed {removed} namespaces or bridges left by an earlier run");
+    }
+    let made = netns::probe().and_then(|()| Netns::create(nodes));
+    match (made, want) {
+        (Ok(n), _) => Ok(Some(Arc::new(n))),
+        (Err(e), Isolation::Netns) => Err(e.context("--isolation netns")),
+        (Err(e), _) => {
+            eprintln!(
+                "kvfabric-chaos: network namespaces are not available here ({e:#}); running on loopback with the fault-injecting relay"
+            );
+            Ok(None)
+        }
+    }
 }
 
 /// Runs once; the report says whether it passed.
@@ -77,7 +118,21 @@ pub fn run(cfg: &RunConfig) -> anyhow::Result<Report> {
         "kvfabric certs failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let plan = layout::plan(&dir, cfg.nodes)?;
+    let netns = choose_isolation(cfg.isolation, cfg.nodes)?;
+    let addressing = match &netns {
+        Some(n) => {
+            let IpAddr::V4(v) = n.relay_ip() else {
+                anyhow::bail!("the bridge address is not IPv4")
+            };
+            let o = v.octets();
+            Addressing::Netns {
+                subnet: [o[0], o[1], o[2]],
+                relay: n.relay_ip(),
+            }
+        }
+        None => Addressing::Loopback,
+    };
+    let plan = layout::plan(&dir, cfg.nodes, addressing)?;
     let settings = NodeSettings {
         replication: cfg.replication,
         lease_ms: 4000,
@@ -85,14 +140,39 @@ pub fn run(cfg: &RunConfig) -> anyhow::Result<Report> {
     for n in &plan {
         std::fs::write(&n.config, layout::config_text(&dir, n, &plan, settings))?;
     }
-    let net = Net::default();
+    let (net, node_of, upstream): (Net, NodeOf, Upstream) = match &netns {
+        Some(ns) => {
+            let ns = ns.clone();
+            let (a, b, c) = (ns.clone(), ns.clone(), ns);
+            let relay_ip = a.relay_ip();
+            (
+                Net::with_firewall(Arc::new(move |r| a.apply(r))),
+                Arc::new(move |ip| b.node_of(ip)),
+                Arc::new(move |from| from.map_or(relay_ip, |f| c.upstream_ip(f))),
+            )
+        }
+        None => (
+            Net::default(),
+            Arc::new(layout::node_of),
+            Arc::new(|from: Option<u64>| match from {
+                Some(f) => layout::listen_ip(f),
+                None => IpAddr::from([127, 0, 0, 1]),
+            }),
+        ),
+    };
     let mut relays = Vec::new();
     for n in &plan {
         for (adv, target) in [(n.transport, n.transport_listen), (n.raft, n.raft_listen)] {
-            relays.push(
-                Relay::start(&net, n.id, adv, target, layout::node_of, cfg.seed ^ n.id)
-                    .with_context(|| format!("relay for n{} on {adv}", n.id))?,
+            let relay = Relay::start(
+                &net,
+                n.id,
+                adv,
+                target,
+                node_of.clone(),
+                upstream.clone(),
+                cfg.seed ^ n.id,
             );
+            relays.push(relay.with_context(|| format!("relay for n{} on {adv}", n.id))?);
         }
     }
     let planted: Vec<Option<String>> = plan
@@ -107,12 +187,31 @@ pub fn run(cfg: &RunConfig) -> anyhow::Result<Report> {
         .collect();
     let apis: Vec<String> = plan.iter().map(|n| n.api()).collect();
     let mut nodes = Nodes::new(cfg.bin.clone(), plan, planted);
-    let result = drive(cfg, &mut nodes, &net, &apis, &dir);
+    if let Some(ns) = &netns {
+        nodes = nodes.in_namespaces(
+            (1..=u64::from(cfg.nodes))
+                .map(|i| ns.namespace(i))
+                .collect(),
+        );
+    }
+    let isolation = if netns.is_some() {
+        "netns+nftables+relay"
+    } else {
+        "loopback+relay"
+    };
+    let result = drive(cfg, &mut nodes, &net, &apis, &dir).map(|mut r| {
+        r.isolation = isolation.into();
+        if let Some(ns) = &netns {
+            r.packets.insert("dropped by nftables".into(), ns.dropped());
+        }
+        r
+    });
     nodes.stop_all();
     net.stop();
     for r in relays {
         r.join();
     }
+    drop(netns);
     let report = result?;
     if !cfg.keep && report.passed() {
         let _ = std::fs::remove_dir_all(&dir);

@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::Parser;
 use kvfabric_chaos_tests::history::FaultKind;
 use kvfabric_chaos_tests::nemesis::Pace;
-use kvfabric_chaos_tests::run::{run, RunConfig};
+use kvfabric_chaos_tests::run::{run, Isolation, RunConfig};
 
 /// Chaos and partition run of a kvfabric cluster.
 #[derive(Parser, Debug)]
@@ -61,6 +61,10 @@ struct Args {
     /// Bound on convergence after healing, seconds.
     #[arg(long, default_value_t = 60)]
     converge_s: u64,
+    /// How nodes are separated: auto (namespaces where possible, else loopback), netns,
+    /// loopback.
+    #[arg(long, default_value = "auto")]
+    isolation: String,
     /// The JSON report.
     #[arg(long, default_value = "chaos-report.json")]
     report: PathBuf,
@@ -152,6 +156,14 @@ fn main() {
         planted: a.planted.clone(),
         lying_peer,
         converge_bound: Duration::from_secs(a.converge_s),
+        isolation: match a.isolation.as_str() {
+            "auto" => Isolation::Auto,
+            "netns" => Isolation::Netns,
+            "loopback" => Isolation::Loopback,
+            other => usage(format!(
+                "--isolation: expected auto, netns or loopback, found {other:?}"
+            )),
+        },
         report: a.report.clone(),
         keep: a.keep,
     };
