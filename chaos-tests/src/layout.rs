@@ -199,7 +199,7 @@ pub fn config_text(dir: &Path, node: &NodeLayout, all: &[NodeLayout], s: NodeSet
     );
     let _ = writeln!(
         t,
-        "[tiers]\nhost_bytes = \"64 MiB\"\n\n[tiers.disk]\nbytes = \"512 MiB\"\n"
+        "[tiers]\nhost_bytes = \"256 KiB\"\n\n[tiers.disk]\nbytes = \"512 MiB\"\n"
     );
     let _ = writeln!(
         t,

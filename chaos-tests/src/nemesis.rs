@@ -84,10 +84,12 @@ pub fn run(
         let leader = current_leader(&client, &apis);
         let hold = rng.range(pace.hold_ms.0, pace.hold_ms.1);
         let pick = |rng: &mut Rng| {
-            // Half the process faults aim at the leader.
+            // Half the process faults aim at the leader. Both draws always happen, so that
+            // the rest of the schedule does not depend on who leads.
+            let (aim, any) = (rng.chance(0.5), rng.below(n) + 1);
             match leader {
-                Some(l) if rng.chance(0.5) => l,
-                _ => rng.below(n) + 1,
+                Some(l) if aim => l,
+                _ => any,
             }
         };
         let start_ms = rec.now_ms();
