@@ -53,6 +53,8 @@ pub struct Report {
     pub seed: u64,
     /// Seconds of faults asked for.
     pub duration_s: f64,
+    /// Seconds the nemesis actually ran (less when interrupted).
+    pub ran_s: f64,
     /// Nodes.
     pub nodes: u32,
     /// Replication factor.
@@ -143,6 +145,7 @@ impl Report {
         Report {
             seed: cfg.seed,
             duration_s: cfg.duration.as_secs_f64(),
+            ran_s: 0.0,
             nodes: cfg.nodes,
             replication: cfg.replication,
             planted: cfg.planted.clone(),
@@ -175,8 +178,9 @@ impl Report {
         let mut t = String::new();
         let _ = writeln!(
             t,
-            "kvfabric-chaos seed {} | {:.0} s of faults | {} nodes, r = {} | {}{}",
+            "kvfabric-chaos seed {} | {:.0} s of faults ({:.0} s asked) | {} nodes, r = {} | {}{}",
             self.seed,
+            self.ran_s,
             self.duration_s,
             self.nodes,
             self.replication,

@@ -268,6 +268,7 @@ fn drive(
         &cfg.kinds,
         deadline_ms,
     );
+    let ran_s = rec.now_ms() / 1000.0;
     let healed_at = Instant::now();
     // Let the clients see the healed cluster for a moment, then stop them.
     std::thread::sleep(Duration::from_secs(3));
@@ -275,7 +276,8 @@ fn drive(
     let history = rec.snapshot();
     let end = settle(&history, &client, apis, healed_at, cfg.converge_bound);
     let checked = check(&history, &end);
-    let report = Report::new(cfg, &history, &end, checked, net, dir);
+    let mut report = Report::new(cfg, &history, &end, checked, net, dir);
+    report.ran_s = ran_s;
     if !report.passed() || cfg.keep {
         // The whole history beside the logs, for the failing seed's post-mortem.
         std::fs::write(dir.join("history.json"), serde_json::to_vec(&history)?)?;
