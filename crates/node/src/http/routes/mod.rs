@@ -24,8 +24,8 @@
 //! Any other path is 404 `route_not_found`, another method 405 `method_not_allowed`. Every
 //! route may also answer 503 `overloaded` (too many requests in flight) and the store-backed
 //! ones 503 `not_ready` while the store opens (on a cluster member, until its cluster side has
-//! started). `/metrics`, `/healthz` and `/readyz` need no
-//! token; everything under `/v1` does when the node has tenants.
+//! started). `/metrics`, `/healthz` and `/readyz` need no token; everything under `/v1` does
+//! when the node has tenants.
 
 mod blocks;
 mod info;
