@@ -185,7 +185,7 @@ fn main() {
         }
         Err(e) => eprintln!("kvfabric-chaos: error: encoding the report: {e}"),
     }
-    if !report.passed() {
+    if !report.passed() && a.expect.is_none() {
         println!("run directory kept: {}", report.dir);
     }
     let ok = match &a.expect {
@@ -200,6 +200,10 @@ fn main() {
                     "NOT caught".into()
                 }
             );
+            if found > 0 && !a.keep {
+                // The violations were the point of the run: nothing to keep for a post-mortem.
+                let _ = std::fs::remove_dir_all(&report.dir);
+            }
             found > 0
         }
     };
