@@ -62,6 +62,17 @@ impl VerifiedBlock {
         }
     }
 
+    /// A block that was NOT checked: only for the chaos harness's planted "skip verification
+    /// on receipt" bug (feature `planted-bugs`), which the checker must catch.
+    #[cfg(feature = "planted-bugs")]
+    pub fn planted_unverified(
+        namespace: NamespaceKey,
+        id: BlockId,
+        bytes: Vec<u8>,
+    ) -> VerifiedBlock {
+        VerifiedBlock::checked(id, namespace, bytes)
+    }
+
     /// The id the bytes hash to.
     pub fn id(&self) -> BlockId {
         self.id

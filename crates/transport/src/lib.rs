@@ -169,6 +169,8 @@ pub mod counters;
 pub mod error;
 pub mod frame;
 pub mod peer;
+#[cfg(feature = "planted-bugs")]
+pub mod planted;
 pub mod quic;
 #[cfg(feature = "rdma")]
 pub mod rdma;

@@ -182,6 +182,11 @@ impl Cluster {
             what: "opening data_dir/raft",
             source,
         })?;
+        #[cfg(feature = "planted-bugs")]
+        if kvfabric_transport::planted::active("stale-read") {
+            // Planted bug (chaos harness): a deposed leader answers linearizable reads.
+            directory.plant_stale_read_bug();
+        }
         let _ = handlers.raft.set(directory.rpc_server());
         let lowest = config.members.first().map(|m| m.id);
         // Only a member with an empty log initializes (openraft refuses, loudly, otherwise).

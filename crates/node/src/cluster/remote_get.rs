@@ -139,18 +139,26 @@ impl Cluster {
         ids
     }
 
-    /// The block a chunk key names under one of `read`'s namespaces, from the local replica.
-    pub(crate) async fn resolve_chunk(
+    /// The block a chunk key names under one of `read`'s namespaces, at `consistency`
+    /// (linearizable: reflects every registration completed before the call, or an error).
+    pub(crate) async fn resolve_chunk_at(
         &self,
         read: &[NamespaceKey],
         key: crate::ids::ChunkKey,
-    ) -> Option<BlockId> {
-        for ns in read {
+        consistency: ReadConsistency,
+    ) -> Result<Option<BlockId>, kvfabric_directory::DirectoryError> {
+        for (i, ns) in read.iter().enumerate() {
             let k = super::directory_chunk_key(ns, key);
-            if let Ok(Some(b)) = self.directory.resolve(&k, ReadConsistency::Local).await {
-                return Some(b);
+            // One barrier is enough: later namespaces read the state it brought up to date.
+            let c = if i == 0 {
+                consistency
+            } else {
+                ReadConsistency::Local
+            };
+            if let Some(b) = self.directory.resolve(&k, c).await? {
+                return Ok(Some(b));
             }
         }
-        None
+        Ok(None)
     }
 }

@@ -55,6 +55,11 @@ impl Cluster {
     /// registered copy, the candidates ran out, or [`REPLICATE_TIMEOUT_MS`] passed.
     pub(crate) async fn replicate(&self, ns: NamespaceKey, id: BlockId) -> Replicas {
         let want = self.config.replication;
+        #[cfg(feature = "planted-bugs")]
+        if kvfabric_transport::planted::active("early-ack") {
+            // Planted bug (chaos harness): acknowledge every copy before any exists.
+            return Replicas { have: want, want };
+        }
         let need = want.saturating_sub(1) as usize;
         let copies = self.copy_to_peers(ns, id, need, &[]).await;
         Replicas {

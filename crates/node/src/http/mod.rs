@@ -65,8 +65,14 @@ pub(crate) struct App {
 pub(crate) type AppState = Arc<App>;
 
 impl App {
-    /// The store, or 503 `not_ready` while it opens.
+    /// The store, or 503 `not_ready` while it opens — and, on a cluster member, until its
+    /// cluster side has started: before that a put would be acknowledged unreplicated and
+    /// unregistered, and a lookup would answer from the empty local chunk index (found by the
+    /// chaos harness: a linearizable lookup answered `null` right after a restart).
     pub(crate) fn local(&self) -> Result<&LocalNode, ApiError> {
+        if self.clustered && self.cluster.get().is_none() {
+            return Err(ApiError::NotReady);
+        }
         self.local.get().ok_or(ApiError::NotReady)
     }
 }

@@ -171,6 +171,12 @@ impl Server {
     ) {
         let (kind, body) = match lookup {
             SourceLookup::Found(bytes) if bytes.len() as u64 <= self.config.max_frame_bytes => {
+                #[cfg(feature = "planted-bugs")]
+                let bytes = if crate::planted::active("lying-peer") {
+                    crate::planted::lie(&bytes)
+                } else {
+                    bytes
+                };
                 (FrameKind::Block, bytes)
             }
             SourceLookup::Found(bytes) => {

@@ -6,7 +6,7 @@
 //! | `GET /v1/blocks/{id}` (`?position=P`) | 200 payload | 400, 401, 403, 404 |
 //! | `HEAD /v1/blocks/{id}` | 200 (length, source, tier) | 400, 401, 403, 404 |
 //! | `DELETE /v1/blocks/{id}` | 204 | 400, 401, 403, 404 |
-//! | `POST /v1/lookup` | 200 results | 400, 401, 403, 408, 413 |
+//! | `POST /v1/lookup` (`?consistency=local\|linearizable`) | 200 results | 400, 401, 403, 408, 413, 503 |
 //! | `POST /v1/route` | 200 nodes ranked best first | 400, 401, 403, 408, 413, 503 |
 //! | `GET /v1/models` | 200 presets | 401 |
 //! | `GET /v1/cluster` | 200 members | 401 |
@@ -25,8 +25,9 @@
 //!
 //! Any other path is 404 `route_not_found`, another method 405 `method_not_allowed`. Every
 //! route may also answer 503 `overloaded` (too many requests in flight) and the store-backed
-//! ones 503 `not_ready` while the store opens. `/metrics`, `/healthz` and `/readyz` need no
-//! token; everything under `/v1` does when the node has tenants.
+//! ones 503 `not_ready` while the store opens (on a cluster member, until its cluster side has
+//! started). `/metrics`, `/healthz` and `/readyz` need no token; everything under `/v1` does
+//! when the node has tenants.
 
 mod blocks;
 mod events;

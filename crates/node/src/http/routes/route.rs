@@ -125,12 +125,14 @@ async fn answer(app: &App, headers: &HeaderMap, body: Body) -> Result<Response, 
             let mut resolved = Vec::new();
             for (i, k) in keys.iter().enumerate() {
                 let mut c = ChunkHolders::default();
-                if let Some(b) = cluster.resolve_chunk(&read, *k).await {
+                let local = kvfabric_directory::ReadConsistency::Local;
+                let resolve = |key| cluster.resolve_chunk_at(&read, key, local);
+                if let Some(b) = resolve(*k).await.map_err(directory_unavailable)? {
                     c.prefix = cluster.live_holders(&b);
                     resolved.push(b);
                 }
                 if let Some(ind) = &independent {
-                    if let Some(b) = cluster.resolve_chunk(&read, ind[i]).await {
+                    if let Some(b) = resolve(ind[i]).await.map_err(directory_unavailable)? {
                         c.independent = cluster.live_holders(&b);
                         resolved.push(b);
                     }
@@ -278,4 +280,9 @@ fn infer_model<'a>(
     } else {
         "the model of this request's blocks is not known here: name it (`model`)".to_owned()
     }))
+}
+
+/// A directory read that failed (a local read fails only when the member has stopped).
+fn directory_unavailable(e: kvfabric_directory::DirectoryError) -> ApiError {
+    ApiError::DirectoryUnavailable(e.to_string())
 }

@@ -1,0 +1,304 @@
+//! The checker over a recorded history and the final state of the cluster:
+//!
+//! - **wrong reads**: a get that returned bytes other than the ones put under that id (the
+//!   id is the blake3 of those bytes, so this is "bytes whose blake3 differs"); must be 0.
+//! - **lost acknowledged blocks**: a block acknowledged with `r` replicas that no node holds
+//!   at the end although at most `r − 1` nodes lost their memory or disk (kill, kill + wipe)
+//!   since the put began; must be 0.
+//! - **directory linearizability**: per chunk key, the put (a register write of its block) and
+//!   the linearizable lookups (register reads) must have a linearization
+//!   (`kvfabric_directory::linearizability`). Checked for keys still mapped at the end (a key
+//!   is legitimately unmapped when its block lost every owner); must be 0 non-linearizable.
+//!   A lookup that found nothing while every holder of the block was under a fault (or had
+//!   been, within [`DORMANT_GRACE_MS`]) is left out: the directory keeps such a block's chunk
+//!   mappings dormant (unresolvable) until a holder rejoins and registers it again, which is
+//!   a state change no client operation of the history makes.
+//! - **convergence** and **unavailability** come from the run ([`FinalState`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kvfabric_directory::linearizability::{
+    check_registers, Call, CheckLimits, History, Operation, Ret, Verdict,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::client::Outcome;
+use crate::history::{Recorded, Request};
+
+/// What the harness saw after the faults stopped.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FinalState {
+    /// Acknowledged block → nodes whose HEAD said 200.
+    pub holders: BTreeMap<String, Vec<u64>>,
+    /// Chunk key → block its final linearizable lookup named (absent: no answer).
+    pub mapped: BTreeMap<String, Option<String>>,
+    /// Seconds from healing to convergence; `None`: not within the bound.
+    pub converged_s: Option<f64>,
+    /// The bound.
+    pub converge_bound_s: f64,
+    /// Why it did not converge (last mismatch seen).
+    pub converge_note: String,
+}
+
+/// One violation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Violation {
+    /// Kind: `wrong_read`, `lost_acked_block`, `not_linearizable`, `not_converged`.
+    pub kind: String,
+    /// What, with the history excerpt that shows it.
+    pub detail: String,
+}
+
+/// The checker's verdict.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Checked {
+    /// Every violation.
+    pub violations: Vec<Violation>,
+    /// Reads compared.
+    pub reads_checked: u64,
+    /// Acknowledged blocks checked for loss.
+    pub acked_checked: u64,
+    /// Acknowledged blocks lost with enough failures to excuse it.
+    pub lost_excused: u64,
+    /// Chunk keys checked for linearizability.
+    pub keys_checked: u64,
+    /// Keys whose check hit a bound (neither pass nor fail).
+    pub keys_unknown: u64,
+    /// Unavailability after each leader loss: ms to the first put that then succeeded.
+    pub unavailability_ms: Vec<f64>,
+    /// Finding (not a violation): acknowledged blocks some node still holds whose chunk key
+    /// no longer resolves. When a block loses every owner record (leases expired, or holders
+    /// rejoined) the directory keeps its chunk mappings dormant for a lease; holders that
+    /// register the block again (by id) after that find its mappings gone.
+    pub unmapped_but_held: u64,
+    /// Up to 5 examples of [`Checked::unmapped_but_held`]: chunk key, block, holders.
+    pub unmapped_examples: Vec<String>,
+    /// Lookups that found nothing while every holder of the block was faulted (its chunk
+    /// mappings possibly dormant), left out of the linearizability check.
+    #[serde(default)]
+    pub dormant_reads_excused: u64,
+}
+
+impl Checked {
+    /// Violations by kind.
+    pub fn by_kind(&self) -> BTreeMap<String, u64> {
+        let mut m = BTreeMap::new();
+        for v in &self.violations {
+            *m.entry(v.kind.clone()).or_insert(0) += 1;
+        }
+        m
+    }
+}
+
+/// How long after a fault on a node ends its blocks may still be dormant in the directory:
+/// its lease (4 s in the harness's configs) may expire just as the fault heals, and
+/// re-registration follows its next join — two leases and a margin.
+pub const DORMANT_GRACE_MS: f64 = 15_000.0;
+
+/// Whether every node of `holders` was under a fault, or within [`DORMANT_GRACE_MS`] of one,
+/// at some time in `[from_ms, to_ms]`.
+fn all_faulted(h: &Recorded, holders: &BTreeSet<u64>, from_ms: f64, to_ms: f64) -> bool {
+    !holders.is_empty()
+        && holders.iter().all(|n| {
+            h.faults.iter().any(|f| {
+                f.nodes.contains(n) && f.start_ms <= to_ms && from_ms <= f.end_ms + DORMANT_GRACE_MS
+            })
+        })
+}
+
+fn value_of(block: &str) -> u64 {
+    u64::from_str_radix(block.get(..15).unwrap_or("0"), 16).unwrap_or(0) + 1
+}
+
+fn key_of(op: &crate::history::Op) -> &str {
+    match &op.request {
+        Request::Put { key, .. } | Request::Lookup { key } => key,
+        Request::Get { .. } => "",
+    }
+}
+
+fn ns(ms: f64) -> u64 {
+    (ms.max(0.0) * 1e6) as u64
+}
+
+/// Checks `h` against `end`.
+pub fn check(h: &Recorded, end: &FinalState) -> Checked {
+    let mut out = Checked::default();
+    // Wrong reads.
+    for op in &h.ops {
+        if let Outcome::Got {
+            bytes_match,
+            source,
+        } = &op.outcome
+        {
+            out.reads_checked += 1;
+            if !bytes_match {
+                out.violations.push(Violation {
+                    kind: "wrong_read".into(),
+                    detail: format!(
+                        "client {} got {:?} from n{} (source {source}) at {:.0} ms: bytes differ from the block put under that id",
+                        op.client, op.request, op.node, op.invoke_ms
+                    ),
+                });
+            }
+        }
+    }
+    // Lost acknowledged blocks.
+    for op in &h.ops {
+        let (Request::Put { .. }, Outcome::Put { block, replicas }) = (&op.request, &op.outcome)
+        else {
+            continue;
+        };
+        let Some(holders) = end.holders.get(block) else {
+            continue;
+        };
+        out.acked_checked += 1;
+        if !holders.is_empty() {
+            if let (Request::Put { key, .. }, Some(None)) =
+                (&op.request, end.mapped.get(key_of(op)))
+            {
+                out.unmapped_but_held += 1;
+                if out.unmapped_examples.len() < 5 {
+                    out.unmapped_examples
+                        .push(format!("key {key} -> block {block}, held by {holders:?}"));
+                }
+            }
+            continue;
+        }
+        let failed: BTreeSet<u64> = h
+            .faults
+            .iter()
+            .filter(|f| f.kind.loses_memory() && f.end_ms >= op.invoke_ms)
+            .flat_map(|f| f.nodes.iter().copied())
+            .collect();
+        if failed.len() as u32 <= replicas.saturating_sub(1) {
+            out.violations.push(Violation {
+                kind: "lost_acked_block".into(),
+                detail: format!(
+                    "block {block} acknowledged with {replicas} replicas by n{} at {:.0} ms is held by no node; nodes that failed since: {failed:?}",
+                    op.node, op.complete_ms
+                ),
+            });
+        } else {
+            out.lost_excused += 1;
+        }
+    }
+    // Linearizability of the directory, per chunk key.
+    let mut per_key: BTreeMap<&str, Vec<Operation>> = BTreeMap::new();
+    let mut key_ids: BTreeMap<&str, u64> = BTreeMap::new();
+    // The nodes known to have held each key's block: where it was put, and where it is.
+    let mut holders_of: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
+    for op in &h.ops {
+        if let (Request::Put { key, .. }, Outcome::Put { block, .. }) = (&op.request, &op.outcome) {
+            let set = holders_of.entry(key.as_str()).or_default();
+            set.insert(op.node);
+            set.extend(end.holders.get(block).into_iter().flatten().copied());
+        }
+    }
+    for op in &h.ops {
+        let key = match &op.request {
+            Request::Put { key, .. } | Request::Lookup { key } => key.as_str(),
+            Request::Get { .. } => continue,
+        };
+        let Some(Some(final_block)) = end.mapped.get(key) else {
+            continue;
+        };
+        if let Outcome::Looked { block: None, .. } = &op.outcome {
+            let holders = holders_of.get(key).cloned().unwrap_or_default();
+            if all_faulted(h, &holders, op.invoke_ms, op.complete_ms) {
+                out.dormant_reads_excused += 1;
+                continue;
+            }
+        }
+        let id = {
+            let n = key_ids.len() as u64;
+            *key_ids.entry(key).or_insert(n)
+        };
+        let v = value_of(final_block);
+        let (call, complete) = match (&op.request, &op.outcome) {
+            (Request::Put { .. }, Outcome::Put { .. }) => {
+                (Call::Write(v), Some((ns(op.complete_ms), Ret::Written)))
+            }
+            // Refused before the body was read: no effect.
+            (Request::Put { .. }, Outcome::Refused { status, .. }) if *status < 500 => continue,
+            // Unknown effect: pending.
+            (Request::Put { .. }, _) => (Call::Write(v), None),
+            (Request::Lookup { .. }, Outcome::Looked { block, .. }) => {
+                let r = block.as_deref().map(|b| {
+                    if b == final_block {
+                        v
+                    } else {
+                        value_of(b) ^ 1 << 62
+                    }
+                });
+                (Call::Read, Some((ns(op.complete_ms), Ret::Read(r))))
+            }
+            _ => continue,
+        };
+        per_key.entry(key).or_default().push(Operation {
+            client: op.client,
+            key: id,
+            call,
+            invoke_ns: ns(op.invoke_ms),
+            complete,
+        });
+    }
+    for (key, mut ops) in per_key {
+        ops.sort_by_key(|o| o.invoke_ns);
+        out.keys_checked += 1;
+        match check_registers(&History { ops: ops.clone() }, None, CheckLimits::default()) {
+            Verdict::Linearizable { .. } => {}
+            Verdict::Unknown { .. } => out.keys_unknown += 1,
+            Verdict::NotLinearizable { explanation, .. } => {
+                let excerpt: Vec<String> = h
+                    .ops
+                    .iter()
+                    .filter(|o| {
+                        matches!(&o.request, Request::Put { key: k, .. } | Request::Lookup { key: k } if k == key)
+                    })
+                    .take(12)
+                    .map(|o| {
+                        format!(
+                            "[{:.0}..{:.0} ms] c{} n{} {:?} -> {:?}",
+                            o.invoke_ms, o.complete_ms, o.client, o.node, o.request, o.outcome
+                        )
+                    })
+                    .collect();
+                out.violations.push(Violation {
+                    kind: "not_linearizable".into(),
+                    detail: format!(
+                        "chunk key {key}: {explanation}\n    {}",
+                        excerpt.join("\n    ")
+                    ),
+                });
+            }
+        }
+    }
+    // Convergence.
+    if end.converged_s.is_none() {
+        out.violations.push(Violation {
+            kind: "not_converged".into(),
+            detail: format!(
+                "no convergence within {:.0} s of healing: {}",
+                end.converge_bound_s, end.converge_note
+            ),
+        });
+    }
+    // Unavailability after leader loss.
+    for f in h.faults.iter().filter(|f| f.hit_leader) {
+        let first = h
+            .ops
+            .iter()
+            .filter(|o| o.invoke_ms >= f.start_ms && matches!(o.outcome, Outcome::Put { .. }))
+            .map(|o| o.complete_ms)
+            .fold(f64::INFINITY, f64::min);
+        if first.is_finite() {
+            out.unavailability_ms.push(first - f.start_ms);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "checker_tests.rs"]
+mod tests;

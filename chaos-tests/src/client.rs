@@ -1,0 +1,237 @@
+//! The HTTP client the workload and the checker use: puts of deterministic blocks with a
+//! chunk key, gets, linearizable lookups, HEADs and cluster views, each outcome typed.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::layout::{MODEL_NAME, MODEL_TOKENS, PAYLOAD_BYTES};
+
+/// How one request ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum Outcome {
+    /// `201` to a put.
+    Put {
+        /// The block id.
+        block: String,
+        /// Copies the node acknowledged.
+        replicas: u32,
+    },
+    /// `200` to a get.
+    Got {
+        /// Whether the bytes were the ones put under that id.
+        bytes_match: bool,
+        /// `kvfabric-source`.
+        source: String,
+    },
+    /// `200` to a lookup.
+    Looked {
+        /// The block the key resolved to.
+        block: Option<String>,
+        /// Live owners listed.
+        owners: Vec<String>,
+    },
+    /// `404`.
+    NotFound,
+    /// Another HTTP status, with its error code.
+    Refused {
+        /// The status.
+        status: u16,
+        /// `error.code` of the body.
+        code: String,
+    },
+    /// No answer (connection refused or reset, timeout): the effect is unknown.
+    NoAnswer {
+        /// Why.
+        error: String,
+    },
+}
+
+/// Deterministic payload of block `seed`: bf16 values in [-4, 4), all finite.
+pub fn payload(seed: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(PAYLOAD_BYTES);
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    while out.len() < PAYLOAD_BYTES {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let v = ((x >> 40) as f32 / (1u64 << 24) as f32) * 8.0 - 4.0;
+        let bf16 = (v.to_bits() >> 16) as u16;
+        out.extend_from_slice(&bf16.to_le_bytes());
+    }
+    out.truncate(PAYLOAD_BYTES);
+    out
+}
+
+/// A blocking HTTP client with a per-request bound.
+#[derive(Clone)]
+pub struct Client {
+    agent: ureq::Agent,
+}
+
+fn code_of(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["error"]["code"].as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+type Answer = Result<(u16, Vec<(String, String)>, Vec<u8>), String>;
+
+fn answer(r: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Answer {
+    let mut r = r.map_err(|e| e.to_string())?;
+    let status = r.status().as_u16();
+    let headers = r
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned()))
+        .collect();
+    let body = r
+        .body_mut()
+        .with_config()
+        .limit(16 << 20)
+        .read_to_vec()
+        .map_err(|e| e.to_string())?;
+    Ok((status, headers, body))
+}
+
+impl Client {
+    /// A client whose requests give up after `timeout`.
+    pub fn new(timeout: Duration) -> Client {
+        Client {
+            agent: ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(timeout))
+                .build()
+                .into(),
+        }
+    }
+
+    /// `PUT /v1/blocks` of block `seed` with chunk key `key`.
+    pub fn put(&self, api: &str, seed: u64, key: &str) -> Outcome {
+        let r = self
+            .agent
+            .put(format!("{api}/v1/blocks"))
+            .header("kvfabric-model", MODEL_NAME)
+            .header("kvfabric-tokens", MODEL_TOKENS.to_string())
+            .header("kvfabric-chunk-key", key)
+            .send(&payload(seed)[..]);
+        match answer(r) {
+            Ok((201, _, body)) => {
+                let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                Outcome::Put {
+                    block: v["block"].as_str().unwrap_or("").to_owned(),
+                    replicas: v["replicas"].as_u64().unwrap_or(0) as u32,
+                }
+            }
+            Ok((status, _, body)) => Outcome::Refused {
+                status,
+                code: code_of(&body),
+            },
+            Err(error) => Outcome::NoAnswer { error },
+        }
+    }
+
+    /// `GET /v1/blocks/{block}`, its bytes compared with block `seed`'s payload.
+    pub fn get(&self, api: &str, block: &str, seed: u64) -> Outcome {
+        match answer(self.agent.get(format!("{api}/v1/blocks/{block}")).call()) {
+            Ok((200, headers, body)) => Outcome::Got {
+                bytes_match: body == payload(seed),
+                source: headers
+                    .iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case("kvfabric-source"))
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default(),
+            },
+            Ok((404, _, _)) => Outcome::NotFound,
+            Ok((status, _, body)) => Outcome::Refused {
+                status,
+                code: code_of(&body),
+            },
+            Err(error) => Outcome::NoAnswer { error },
+        }
+    }
+
+    /// `POST /v1/lookup?consistency=linearizable` of one chunk key.
+    pub fn lookup(&self, api: &str, key: &str) -> Outcome {
+        let body = serde_json::json!({ "keys": [key] }).to_string();
+        let r = self
+            .agent
+            .post(format!("{api}/v1/lookup?consistency=linearizable"))
+            .header("content-type", "application/json")
+            .send(body.as_bytes());
+        match answer(r) {
+            Ok((200, _, body)) => {
+                let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                let res = &v["results"][0];
+                let mut owners: Vec<String> = res["owners"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|o| o.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                owners.sort();
+                Outcome::Looked {
+                    block: res["block"].as_str().map(str::to_owned),
+                    owners,
+                }
+            }
+            Ok((status, _, body)) => Outcome::Refused {
+                status,
+                code: code_of(&body),
+            },
+            Err(error) => Outcome::NoAnswer { error },
+        }
+    }
+
+    /// `HEAD /v1/blocks/{block}` on one node: its status, `None` without an answer.
+    pub fn head(&self, api: &str, block: &str) -> Option<u16> {
+        answer(self.agent.head(format!("{api}/v1/blocks/{block}")).call())
+            .ok()
+            .map(|(s, _, _)| s)
+    }
+
+    /// `GET /v1/cluster`: the leader this node names (node id) and the term.
+    pub fn leader(&self, api: &str) -> Option<(Option<u64>, u64)> {
+        let (status, _, body) = answer(self.agent.get(format!("{api}/v1/cluster")).call()).ok()?;
+        if status != 200 {
+            return None;
+        }
+        let v: serde_json::Value = serde_json::from_slice(&body).ok()?;
+        let leader = v["leader"]
+            .as_str()
+            .map(|s| s.trim_start_matches('n'))
+            .and_then(|s| s.parse().ok())
+            .or_else(|| v["leader"].as_u64());
+        Some((leader, v["term"].as_u64()?))
+    }
+
+    /// Whether `/readyz` answers 200.
+    pub fn ready(&self, api: &str) -> bool {
+        matches!(
+            answer(self.agent.get(format!("{api}/readyz")).call()),
+            Ok((200, _, _))
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_are_deterministic_sized_and_finite() {
+        let p = payload(5);
+        assert_eq!(p.len(), PAYLOAD_BYTES);
+        assert_eq!(p, payload(5));
+        assert_ne!(p, payload(6));
+        for c in p.chunks(2) {
+            let bits = u32::from(u16::from_le_bytes([c[0], c[1]])) << 16;
+            let v = f32::from_bits(bits);
+            assert!(v.is_finite() && (-4.0..4.0).contains(&v));
+        }
+    }
+}

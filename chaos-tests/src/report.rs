@@ -1,0 +1,271 @@
+//! The report of a run: a summary table on stdout (operations, faults injected by kind,
+//! violations by kind, recovery times) and the same as JSON, with every violation's detail
+//! and the seed that reproduces it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use serde::{Deserialize, Serialize};
+
+use crate::checker::{Checked, FinalState};
+use crate::client::Outcome;
+use crate::history::{Recorded, Request};
+use crate::relay::Net;
+use crate::run::RunConfig;
+
+/// p50, p99 and max of a sample, ms.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// Samples.
+    pub count: usize,
+    /// Median.
+    pub p50_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// Largest.
+    pub max_ms: f64,
+}
+
+impl Percentiles {
+    /// Of `v`.
+    pub fn of(v: &[f64]) -> Percentiles {
+        if v.is_empty() {
+            return Percentiles::default();
+        }
+        let mut s = v.to_vec();
+        s.sort_by(f64::total_cmp);
+        let at = |q: f64| s[((s.len() as f64 - 1.0) * q).round() as usize];
+        Percentiles {
+            count: s.len(),
+            p50_ms: at(0.5),
+            p99_ms: at(0.99),
+            max_ms: s[s.len() - 1],
+        }
+    }
+}
+
+/// Everything a run reports.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    /// The seed (rerun with `--seed` to reproduce the schedule).
+    pub seed: u64,
+    /// Seconds of faults asked for.
+    pub duration_s: f64,
+    /// Seconds the nemesis actually ran (less when interrupted).
+    pub ran_s: f64,
+    /// Nodes.
+    pub nodes: u32,
+    /// Replication factor.
+    pub replication: u32,
+    /// Planted bug, if any.
+    pub planted: Option<String>,
+    /// How nodes were separated (`loopback+relay` or `netns`).
+    pub isolation: String,
+    /// Operations by kind and outcome.
+    pub operations: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Faults injected by kind.
+    pub faults: BTreeMap<String, u64>,
+    /// Every fault, in order (kind, nodes, start and end ms).
+    pub fault_timeline: Vec<crate::history::Fault>,
+    /// Relay packet counters: forwarded, blocked, lost.
+    pub packets: BTreeMap<String, u64>,
+    /// Violations by kind (every kind listed, zero included).
+    pub violations_by_kind: BTreeMap<String, u64>,
+    /// The checker's detail.
+    pub checked: Checked,
+    /// Seconds from healing to convergence, if it converged.
+    pub converged_s: Option<f64>,
+    /// Convergence bound.
+    pub converge_bound_s: f64,
+    /// Unavailability after leader loss.
+    pub unavailability: Percentiles,
+    /// The run directory (logs), kept when the run failed.
+    pub dir: String,
+}
+
+/// The violation kinds the checker knows.
+pub const VIOLATION_KINDS: [&str; 4] = [
+    "wrong_read",
+    "lost_acked_block",
+    "not_linearizable",
+    "not_converged",
+];
+
+fn outcome_name(o: &Outcome) -> String {
+    match o {
+        Outcome::Put { .. } | Outcome::Got { .. } | Outcome::Looked { .. } => "ok".into(),
+        Outcome::NotFound => "404".into(),
+        Outcome::Refused { status, code } => format!("{status} {code}"),
+        Outcome::NoAnswer { .. } => "no answer".into(),
+    }
+}
+
+impl Report {
+    /// Assembles the report.
+    pub fn new(
+        cfg: &RunConfig,
+        h: &Recorded,
+        end: &FinalState,
+        checked: Checked,
+        net: &Net,
+        dir: &Path,
+    ) -> Report {
+        let mut operations: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        for op in &h.ops {
+            let kind = match op.request {
+                Request::Put { .. } => "put",
+                Request::Get { .. } => "get",
+                Request::Lookup { .. } => "lookup",
+            };
+            *operations
+                .entry(kind.into())
+                .or_default()
+                .entry(outcome_name(&op.outcome))
+                .or_insert(0) += 1;
+        }
+        let mut faults = BTreeMap::new();
+        for f in &h.faults {
+            *faults.entry(f.kind.name()).or_insert(0) += 1;
+        }
+        let c = &net.counters;
+        let packets = BTreeMap::from([
+            ("forwarded".to_owned(), c.forwarded.load(Ordering::Relaxed)),
+            ("blocked".to_owned(), c.blocked.load(Ordering::Relaxed)),
+            ("lost".to_owned(), c.lost.load(Ordering::Relaxed)),
+        ]);
+        let mut violations_by_kind: BTreeMap<String, u64> = VIOLATION_KINDS
+            .iter()
+            .map(|k| ((*k).to_owned(), 0))
+            .collect();
+        for (k, n) in checked.by_kind() {
+            *violations_by_kind.entry(k).or_insert(0) += n;
+        }
+        Report {
+            seed: cfg.seed,
+            duration_s: cfg.duration.as_secs_f64(),
+            ran_s: 0.0,
+            nodes: cfg.nodes,
+            replication: cfg.replication,
+            planted: cfg.planted.clone(),
+            isolation: "loopback+relay".into(),
+            operations,
+            faults,
+            fault_timeline: h.faults.clone(),
+            packets,
+            violations_by_kind,
+            unavailability: Percentiles::of(&checked.unavailability_ms),
+            checked,
+            converged_s: end.converged_s,
+            converge_bound_s: end.converge_bound_s,
+            dir: dir.display().to_string(),
+        }
+    }
+
+    /// Total violations.
+    pub fn violations(&self) -> u64 {
+        self.violations_by_kind.values().sum()
+    }
+
+    /// Whether no violation was found.
+    pub fn passed(&self) -> bool {
+        self.violations() == 0
+    }
+
+    /// The summary table.
+    pub fn table(&self) -> String {
+        let mut t = String::new();
+        let _ = writeln!(
+            t,
+            "kvfabric-chaos seed {} | {:.0} s of faults ({:.0} s asked) | {} nodes, r = {} | {}{}",
+            self.seed,
+            self.ran_s,
+            self.duration_s,
+            self.nodes,
+            self.replication,
+            self.isolation,
+            self.planted
+                .as_deref()
+                .map(|p| format!(" | planted: {p}"))
+                .unwrap_or_default()
+        );
+        let _ = writeln!(t, "{:<28} {:>10}", "operations", "count");
+        for (kind, outcomes) in &self.operations {
+            for (o, n) in outcomes {
+                let _ = writeln!(t, "  {:<26} {n:>10}", format!("{kind} {o}"));
+            }
+        }
+        let _ = writeln!(t, "{:<28} {:>10}", "faults injected", "count");
+        for (k, n) in &self.faults {
+            let _ = writeln!(t, "  {k:<26} {n:>10}");
+        }
+        for (k, n) in &self.packets {
+            let _ = writeln!(t, "  {:<26} {n:>10}", format!("packets {k}"));
+        }
+        let _ = writeln!(t, "{:<28} {:>10}", "violations", "count");
+        for (k, n) in &self.violations_by_kind {
+            let _ = writeln!(t, "  {k:<26} {n:>10}");
+        }
+        let c = &self.checked;
+        let _ = writeln!(
+            t,
+            "checked: {} reads, {} acknowledged blocks ({} lost with enough failures to excuse it), {} chunk keys ({} past the checker's bound)",
+            c.reads_checked, c.acked_checked, c.lost_excused, c.keys_checked, c.keys_unknown
+        );
+        if c.unmapped_but_held > 0 {
+            let _ = writeln!(
+                t,
+                "finding: {} acknowledged blocks still held whose chunk key no longer resolves (every owner record purged for longer than the directory keeps chunk mappings dormant)",
+                c.unmapped_but_held
+            );
+        }
+        if c.dormant_reads_excused > 0 {
+            let _ = writeln!(
+                t,
+                "excused: {} lookups that found nothing while every holder of the block was faulted (chunk mapping dormant)",
+                c.dormant_reads_excused
+            );
+        }
+        let u = &self.unavailability;
+        let _ = writeln!(
+            t,
+            "recovery: converged {} (bound {:.0} s); unavailability after {} leader losses: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+            self.converged_s
+                .map(|s| format!("in {s:.1} s"))
+                .unwrap_or_else(|| "NOT".into()),
+            self.converge_bound_s,
+            u.count,
+            u.p50_ms,
+            u.p99_ms,
+            u.max_ms
+        );
+        for v in c.violations.iter().take(10) {
+            let _ = writeln!(t, "VIOLATION {}: {}", v.kind, v.detail);
+        }
+        let _ = writeln!(
+            t,
+            "{}: {} violations (reproduce: --seed {})",
+            if self.passed() { "PASS" } else { "FAIL" },
+            self.violations(),
+            self.seed
+        );
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_of_a_known_sample() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        let p = Percentiles::of(&v);
+        assert_eq!(
+            (p.count, p.p50_ms, p.p99_ms, p.max_ms),
+            (100, 51.0, 99.0, 100.0)
+        );
+        assert_eq!(Percentiles::of(&[]).count, 0);
+    }
+}
