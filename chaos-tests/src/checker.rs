@@ -186,13 +186,17 @@ pub fn check(h: &Recorded, end: &FinalState) -> Checked {
     // Linearizability of the directory, per chunk key.
     let mut per_key: BTreeMap<&str, Vec<Operation>> = BTreeMap::new();
     let mut key_ids: BTreeMap<&str, u64> = BTreeMap::new();
-    // The nodes known to have held each key's block: where it was put, and where it is.
+    // The nodes known to have held each key's block: every node a put of the key went to
+    // (acknowledged or not: an unanswered put may have sealed and registered it there), and
+    // the nodes holding the acknowledged block at the end.
     let mut holders_of: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
     for op in &h.ops {
-        if let (Request::Put { key, .. }, Outcome::Put { block, .. }) = (&op.request, &op.outcome) {
+        if let Request::Put { key, .. } = &op.request {
             let set = holders_of.entry(key.as_str()).or_default();
             set.insert(op.node);
-            set.extend(end.holders.get(block).into_iter().flatten().copied());
+            if let Outcome::Put { block, .. } = &op.outcome {
+                set.extend(end.holders.get(block).into_iter().flatten().copied());
+            }
         }
     }
     for op in &h.ops {

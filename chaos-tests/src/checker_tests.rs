@@ -165,3 +165,39 @@ fn a_miss_while_every_holder_was_faulted_is_excused_and_only_then() {
     assert_eq!(c.by_kind().get("not_linearizable"), Some(&1));
     assert_eq!(c.dormant_reads_excused, 0);
 }
+
+#[test]
+fn a_miss_after_an_unanswered_put_is_excused_while_its_node_was_faulted() {
+    let unanswered = op(
+        0,
+        3,
+        Request::Put {
+            seed: 1,
+            key: K.into(),
+        },
+        (0.0, 3000.0),
+        Outcome::NoAnswer {
+            error: "timeout".into(),
+        },
+    );
+    let kill = Fault {
+        kind: FaultKind::Kill,
+        nodes: vec![3],
+        hit_leader: false,
+        start_ms: 1000.0,
+        end_ms: 4000.0,
+        detail: String::new(),
+    };
+    let h = Recorded {
+        ops: vec![
+            unanswered,
+            lookup((500.0, 600.0), Some(B)),
+            lookup((5000.0, 5001.0), None),
+            lookup((6000.0, 6001.0), Some(B)),
+        ],
+        faults: vec![kill],
+    };
+    let c = check(&h, &end(vec![]));
+    assert!(c.violations.is_empty(), "{:?}", c.violations);
+    assert_eq!(c.dormant_reads_excused, 1);
+}
