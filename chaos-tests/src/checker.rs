@@ -9,10 +9,6 @@
 //!   the linearizable lookups (register reads) must have a linearization
 //!   (`kvfabric_directory::linearizability`). Checked for keys still mapped at the end (a key
 //!   is legitimately unmapped when its block lost every owner); must be 0 non-linearizable.
-//!   A lookup that found nothing while every holder of the block was under a fault (or had
-//!   been, within [`DORMANT_GRACE_MS`]) is left out: the directory keeps such a block's chunk
-//!   mappings dormant (unresolvable) until a holder rejoins and registers it again, which is
-//!   a state change no client operation of the history makes.
 //! - **convergence** and **unavailability** come from the run ([`FinalState`]).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -68,15 +64,12 @@ pub struct Checked {
     pub unavailability_ms: Vec<f64>,
     /// Finding (not a violation): acknowledged blocks some node still holds whose chunk key
     /// no longer resolves. When a block loses every owner record (leases expired, or holders
-    /// rejoined) the directory keeps its chunk mappings dormant for a lease; holders that
-    /// register the block again (by id) after that find its mappings gone.
+    /// rejoined) the directory keeps its chunk mappings dormant for a lease (they still
+    /// resolve, with no owners); a holder that registers the block again (by id) only after
+    /// that finds them gone.
     pub unmapped_but_held: u64,
     /// Up to 5 examples of [`Checked::unmapped_but_held`]: chunk key, block, holders.
     pub unmapped_examples: Vec<String>,
-    /// Lookups that found nothing while every holder of the block was faulted (its chunk
-    /// mappings possibly dormant), left out of the linearizability check.
-    #[serde(default)]
-    pub dormant_reads_excused: u64,
 }
 
 impl Checked {
@@ -88,22 +81,6 @@ impl Checked {
         }
         m
     }
-}
-
-/// How long after a fault on a node ends its blocks may still be dormant in the directory:
-/// its lease (4 s in the harness's configs) may expire just as the fault heals, and
-/// re-registration follows its next join — two leases and a margin.
-pub const DORMANT_GRACE_MS: f64 = 15_000.0;
-
-/// Whether every node of `holders` was under a fault, or within [`DORMANT_GRACE_MS`] of one,
-/// at some time in `[from_ms, to_ms]`.
-fn all_faulted(h: &Recorded, holders: &BTreeSet<u64>, from_ms: f64, to_ms: f64) -> bool {
-    !holders.is_empty()
-        && holders.iter().all(|n| {
-            h.faults.iter().any(|f| {
-                f.nodes.contains(n) && f.start_ms <= to_ms && from_ms <= f.end_ms + DORMANT_GRACE_MS
-            })
-        })
 }
 
 fn value_of(block: &str) -> u64 {
@@ -186,19 +163,6 @@ pub fn check(h: &Recorded, end: &FinalState) -> Checked {
     // Linearizability of the directory, per chunk key.
     let mut per_key: BTreeMap<&str, Vec<Operation>> = BTreeMap::new();
     let mut key_ids: BTreeMap<&str, u64> = BTreeMap::new();
-    // The nodes known to have held each key's block: every node a put of the key went to
-    // (acknowledged or not: an unanswered put may have sealed and registered it there), and
-    // the nodes holding the acknowledged block at the end.
-    let mut holders_of: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
-    for op in &h.ops {
-        if let Request::Put { key, .. } = &op.request {
-            let set = holders_of.entry(key.as_str()).or_default();
-            set.insert(op.node);
-            if let Outcome::Put { block, .. } = &op.outcome {
-                set.extend(end.holders.get(block).into_iter().flatten().copied());
-            }
-        }
-    }
     for op in &h.ops {
         let key = match &op.request {
             Request::Put { key, .. } | Request::Lookup { key } => key.as_str(),
@@ -207,13 +171,6 @@ pub fn check(h: &Recorded, end: &FinalState) -> Checked {
         let Some(Some(final_block)) = end.mapped.get(key) else {
             continue;
         };
-        if let Outcome::Looked { block: None, .. } = &op.outcome {
-            let holders = holders_of.get(key).cloned().unwrap_or_default();
-            if all_faulted(h, &holders, op.invoke_ms, op.complete_ms) {
-                out.dormant_reads_excused += 1;
-                continue;
-            }
-        }
         let id = {
             let n = key_ids.len() as u64;
             *key_ids.entry(key).or_insert(n)

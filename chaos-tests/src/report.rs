@@ -220,13 +220,6 @@ impl Report {
                 c.unmapped_but_held
             );
         }
-        if c.dormant_reads_excused > 0 {
-            let _ = writeln!(
-                t,
-                "excused: {} lookups that found nothing while every holder of the block was faulted (chunk mapping dormant)",
-                c.dormant_reads_excused
-            );
-        }
         let u = &self.unavailability;
         let _ = writeln!(
             t,

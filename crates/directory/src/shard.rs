@@ -14,7 +14,8 @@
 //! block whose last owner was that node keeps its chunk mappings, dormant — until the join's
 //! lease deadline, or for `keep_chunks_ms` after the expiry: a claim before then revives it
 //! with its chunk keys, so a restart (even of every member at once) or a long pause loses no
-//! chunk mapping of a block that comes back. Dormant blocks resolve to nothing;
+//! chunk mapping of a block that comes back. A dormant block's chunk keys still resolve to it
+//! (it has no owners, so readers treat it as a miss);
 //! `ExpireLeases` drops the chunk mappings of those still unclaimed at their deadline.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -84,12 +85,10 @@ impl ShardState {
             .unwrap_or_default()
     }
 
-    /// The block a chunk key names, if any holder is known.
+    /// The block a chunk key names, if any: a held block, or a dormant one (then it has no
+    /// owners until a holder registers it again).
     pub fn resolve(&self, chunk: &ChunkKey) -> Option<BlockId> {
-        self.chunks
-            .get(chunk)
-            .filter(|b| self.blocks.contains_key(*b))
-            .copied()
+        self.chunks.get(chunk).copied()
     }
 
     /// Number of dormant blocks (no owner, chunk mappings kept for a returning holder).
