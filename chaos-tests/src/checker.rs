@@ -9,6 +9,8 @@
 //!   the linearizable lookups (register reads) must have a linearization
 //!   (`kvfabric_directory::linearizability`). Checked for keys still mapped at the end (a key
 //!   is legitimately unmapped when its block lost every owner); must be 0 non-linearizable.
+//! - **route answers**: `POST /v1/route` of a valid key answers 200 (a ranking) or 503 (the
+//!   node cannot answer now); any other status is `bad_route`; must be 0.
 //! - **convergence** and **unavailability** come from the run ([`FinalState`]).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -39,7 +41,8 @@ pub struct FinalState {
 /// One violation.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Violation {
-    /// Kind: `wrong_read`, `lost_acked_block`, `not_linearizable`, `not_converged`.
+    /// Kind: `wrong_read`, `lost_acked_block`, `not_linearizable`, `not_converged`,
+    /// `bad_route`.
     pub kind: String,
     /// What, with the history excerpt that shows it.
     pub detail: String,
@@ -52,6 +55,9 @@ pub struct Checked {
     pub violations: Vec<Violation>,
     /// Reads compared.
     pub reads_checked: u64,
+    /// Route answers checked.
+    #[serde(default)]
+    pub routes_checked: u64,
     /// Acknowledged blocks checked for loss.
     pub acked_checked: u64,
     /// Acknowledged blocks lost with enough failures to excuse it.
@@ -90,7 +96,7 @@ fn value_of(block: &str) -> u64 {
 fn key_of(op: &crate::history::Op) -> &str {
     match &op.request {
         Request::Put { key, .. } | Request::Lookup { key } => key,
-        Request::Get { .. } => "",
+        Request::Get { .. } | Request::Route { .. } => "",
     }
 }
 
@@ -115,6 +121,25 @@ pub fn check(h: &Recorded, end: &FinalState) -> Checked {
                     detail: format!(
                         "client {} got {:?} from n{} (source {source}) at {:.0} ms: bytes differ from the block put under that id",
                         op.client, op.request, op.node, op.invoke_ms
+                    ),
+                });
+            }
+        }
+    }
+    // Route answers: a valid request is ranked (200) or refused for the node's state (503);
+    // anything else (a 4xx for valid input, a 500) is a bad answer.
+    for op in &h.ops {
+        let Request::Route { key } = &op.request else {
+            continue;
+        };
+        out.routes_checked += 1;
+        if let Outcome::Refused { status, code } = &op.outcome {
+            if *status != 503 {
+                out.violations.push(Violation {
+                    kind: "bad_route".into(),
+                    detail: format!(
+                        "client {} route of {key} on n{} at {:.0} ms: {status} {code}",
+                        op.client, op.node, op.invoke_ms
                     ),
                 });
             }
@@ -166,7 +191,7 @@ pub fn check(h: &Recorded, end: &FinalState) -> Checked {
     for op in &h.ops {
         let key = match &op.request {
             Request::Put { key, .. } | Request::Lookup { key } => key.as_str(),
-            Request::Get { .. } => continue,
+            Request::Get { .. } | Request::Route { .. } => continue,
         };
         let Some(Some(final_block)) = end.mapped.get(key) else {
             continue;

@@ -137,3 +137,37 @@ fn no_convergence_is_a_violation() {
     };
     assert_eq!(check(&h, &e).by_kind()["not_converged"], 1);
 }
+
+#[test]
+fn a_route_refused_for_valid_input_is_a_bad_route() {
+    let route = |outcome| {
+        op(
+            2,
+            3,
+            Request::Route { key: K.into() },
+            (30.0, 31.0),
+            outcome,
+        )
+    };
+    let h = Recorded {
+        ops: vec![
+            put_ok(),
+            route(Outcome::Routed {
+                nodes: vec!["n1".into()],
+                best_hits: 1,
+            }),
+            route(Outcome::Refused {
+                status: 503,
+                code: "not_ready".into(),
+            }),
+            route(Outcome::Refused {
+                status: 400,
+                code: "model_required".into(),
+            }),
+        ],
+        faults: vec![],
+    };
+    let c = check(&h, &end(vec![1, 2]));
+    assert_eq!(c.routes_checked, 3);
+    assert_eq!(c.by_kind().get("bad_route"), Some(&1), "{:?}", c.violations);
+}

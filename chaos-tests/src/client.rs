@@ -25,6 +25,13 @@ pub enum Outcome {
         /// `kvfabric-source`.
         source: String,
     },
+    /// `200` to a route: the nodes ranked, best first, and the best node's hits.
+    Routed {
+        /// Node ids, best first.
+        nodes: Vec<String>,
+        /// Hits of the first node.
+        best_hits: u64,
+    },
     /// `200` to a lookup.
     Looked {
         /// The block the key resolved to.
@@ -177,6 +184,34 @@ impl Client {
                 Outcome::Looked {
                     block: res["block"].as_str().map(str::to_owned),
                     owners,
+                }
+            }
+            Ok((status, _, body)) => Outcome::Refused {
+                status,
+                code: code_of(&body),
+            },
+            Err(error) => Outcome::NoAnswer { error },
+        }
+    }
+
+    /// `POST /v1/route` of one chunk key (prefix mode, the harness's model).
+    pub fn route(&self, api: &str, key: &str) -> Outcome {
+        let body = serde_json::json!({ "keys": [key], "mode": "prefix", "model": MODEL_NAME });
+        let r = self
+            .agent
+            .post(format!("{api}/v1/route"))
+            .header("content-type", "application/json")
+            .send(body.to_string().as_bytes());
+        match answer(r) {
+            Ok((200, _, body)) => {
+                let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                let ranked = v["nodes"].as_array().cloned().unwrap_or_default();
+                Outcome::Routed {
+                    nodes: ranked
+                        .iter()
+                        .filter_map(|n| n["node"].as_str().map(str::to_owned))
+                        .collect(),
+                    best_hits: ranked.first().and_then(|n| n["hits"].as_u64()).unwrap_or(0),
                 }
             }
             Ok((status, _, body)) => Outcome::Refused {

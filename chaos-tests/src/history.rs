@@ -31,6 +31,11 @@ pub enum Request {
         /// Chunk key.
         key: String,
     },
+    /// `POST /v1/route` of `key` (prefix mode).
+    Route {
+        /// Chunk key.
+        key: String,
+    },
 }
 
 /// One operation.

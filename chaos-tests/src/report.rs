@@ -86,16 +86,19 @@ pub struct Report {
 }
 
 /// The violation kinds the checker knows.
-pub const VIOLATION_KINDS: [&str; 4] = [
+pub const VIOLATION_KINDS: [&str; 5] = [
     "wrong_read",
     "lost_acked_block",
     "not_linearizable",
     "not_converged",
+    "bad_route",
 ];
 
 fn outcome_name(o: &Outcome) -> String {
     match o {
         Outcome::Put { .. } | Outcome::Got { .. } | Outcome::Looked { .. } => "ok".into(),
+        Outcome::Routed { best_hits, .. } if *best_hits > 0 => "ok (a node holds it)".into(),
+        Outcome::Routed { .. } => "ok (no holder)".into(),
         Outcome::NotFound => "404".into(),
         Outcome::Refused { status, code } => format!("{status} {code}"),
         Outcome::NoAnswer { .. } => "no answer".into(),
@@ -118,6 +121,7 @@ impl Report {
                 Request::Put { .. } => "put",
                 Request::Get { .. } => "get",
                 Request::Lookup { .. } => "lookup",
+                Request::Route { .. } => "route",
             };
             *operations
                 .entry(kind.into())
@@ -210,8 +214,8 @@ impl Report {
         let c = &self.checked;
         let _ = writeln!(
             t,
-            "checked: {} reads, {} acknowledged blocks ({} lost with enough failures to excuse it), {} chunk keys ({} past the checker's bound)",
-            c.reads_checked, c.acked_checked, c.lost_excused, c.keys_checked, c.keys_unknown
+            "checked: {} reads, {} acknowledged blocks ({} lost with enough failures to excuse it), {} chunk keys ({} past the checker's bound), {} route answers",
+            c.reads_checked, c.acked_checked, c.lost_excused, c.keys_checked, c.keys_unknown, c.routes_checked
         );
         if c.unmapped_but_held > 0 {
             let _ = writeln!(

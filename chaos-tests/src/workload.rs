@@ -1,7 +1,7 @@
 //! The workload: concurrent clients putting blocks under fresh chunk keys, getting acknowledged
-//! blocks from any node, and looking chunk keys up linearizably on any node, every operation
-//! recorded, plus one reader per node doing linearizable lookups of the newest keys. (`POST
-//! /v1/route` is `not yet` in this build's API, so there is no route op.)
+//! blocks from any node, looking chunk keys up linearizably and asking `POST /v1/route` for
+//! them on any node, every operation recorded, plus one reader per node doing linearizable
+//! lookups of the newest keys.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -65,11 +65,13 @@ impl Workload {
                             let k = known.lock().unwrap_or_else(|p| p.into_inner());
                             if roll < 40 || k.blocks.is_empty() {
                                 None
-                            } else if roll < 70 {
+                            } else if roll < 65 {
                                 recent(&k.blocks, &mut rng)
                                     .map(|(block, seed)| Request::Get { block, seed })
-                            } else {
+                            } else if roll < 88 {
                                 recent(&k.keys, &mut rng).map(|key| Request::Lookup { key })
+                            } else {
+                                recent(&k.keys, &mut rng).map(|key| Request::Route { key })
                             }
                         };
                         let request = request.unwrap_or_else(|| {
@@ -96,6 +98,7 @@ impl Workload {
                             Request::Put { seed, key } => client.put(api, *seed, key),
                             Request::Get { block, seed } => client.get(api, block, *seed),
                             Request::Lookup { key } => client.lookup(api, key),
+                            Request::Route { key } => client.route(api, key),
                         };
                         let complete_ms = rec.now_ms();
                         if let (Request::Put { seed, .. }, Outcome::Put { block, .. }) =

@@ -4,7 +4,9 @@
 //! key (keyed by each namespace the caller may read, so tenants never see each other's keys)
 //! → its block → the members holding it whose lease is current. On a standalone node it
 //! covers what was put here with a chunk key: `owners` is `[this node]` for a key whose block
-//! it holds. A key nobody knows gets `"block": null, "owners": []`.
+//! it holds. A key nobody knows gets `"block": null, "owners": []`; a key whose block is
+//! dormant in the directory (every holder restarted or lost its lease, for at most a lease)
+//! gets its block with `"owners": []`.
 //!
 //! `?consistency=linearizable` (cluster nodes) resolves chunk keys with a read index from the
 //! leader, so the answer reflects every put completed before the lookup began; without a
