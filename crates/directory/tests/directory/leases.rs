@@ -92,9 +92,11 @@ async fn expired_lease_purges_owner_records_in_one_committed_entry() -> anyhow::
             vec![],
             "{n}"
         );
+        // Node 7 was block 50's last holder: its chunk mapping stays, dormant, for a lease
+        // (a returning holder's re-registration would revive it), with no owners.
         assert_eq!(
             m.resolve(&chunk(50), ReadConsistency::Local).await?,
-            None,
+            Some(block(50)),
             "{n}"
         );
         let shared_owners = m.owners(&block(3), ReadConsistency::Local).await?;
@@ -107,6 +109,29 @@ async fn expired_lease_purges_owner_records_in_one_committed_entry() -> anyhow::
             "{n}"
         );
     }
+
+    tracing::info!("--- phase 4b: a lease later, the dormant mapping of block 50 goes");
+    c.clock().advance(lease_ms / 2 + 1);
+    let renewed = d.renew_lease(NodeId(8), e8).await;
+    assert!(renewed.is_ok(), "{renewed:?}");
+    c.clock().advance(lease_ms / 2 + 1);
+    let started = Instant::now();
+    while c
+        .member(leader)
+        .resolve(&chunk(50), ReadConsistency::Local)
+        .await?
+        .is_some()
+    {
+        assert!(started.elapsed() < LIMIT, "the dormant mapping never went");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        c.member(leader)
+            .resolve(&chunk(3), ReadConsistency::Local)
+            .await?,
+        Some(block(3)),
+        "node 8 still holds block 3"
+    );
 
     tracing::info!("--- phase 5: replaying the log shows exactly one entry did the purge");
     let entries = d.log_store().entries(..).await?;
