@@ -28,10 +28,14 @@ fn remote_installs_are_stored_events_and_an_expired_member_is_node_down() {
     let r = cluster.put_block(1, &g, &payload(&g, 5), &[]);
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
     let id = r.json()["block"].as_str().unwrap().to_owned();
-    let got = cluster
-        .get(2, &format!("/v1/blocks/{id}"))
-        .expect("n2 answered");
-    assert_eq!(got.status, 200);
+    // n2 finds the owners in its own replica of the directory, which may lag the put's
+    // commit by a heartbeat: until then its get is a 404.
+    let got = cluster.wait_for("n2's replica to know the block's owners", || {
+        let r = cluster
+            .get(2, &format!("/v1/blocks/{id}"))
+            .expect("n2 answered");
+        (r.status == 200).then_some(r)
+    });
     assert_eq!(got.header("kvfabric-source"), Some("n1"));
     let stored = on2.next();
     assert_eq!(stored.event, "stored", "{stored:?}");
