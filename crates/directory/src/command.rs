@@ -61,6 +61,21 @@ pub enum Command {
         /// holder that returns (joins again and re-registers) — the leader's `lease_ms`.
         keep_chunks_ms: u64,
     },
+    /// Requests the leader received together (ownership batches of several nodes), merged
+    /// into one entry: each applies in order, with its own deduplication, as if it had an
+    /// entry of its own. Never nested.
+    Merged(Vec<Request>),
+}
+
+impl Command {
+    /// Directory records the command writes: a batch's records, else one.
+    pub fn record_count(&self) -> u64 {
+        match self {
+            Command::Ownership(b) => b.len() as u64,
+            Command::Merged(requests) => requests.iter().map(|r| r.command.record_count()).sum(),
+            _ => 1,
+        }
+    }
 }
 
 /// Ownership changes of one node incarnation. Claims apply first, then releases (a block
@@ -151,6 +166,8 @@ pub enum CommandReply {
     },
     /// The command was refused; the state did not change.
     Rejected(Rejection),
+    /// The replies to a [`Command::Merged`] entry's requests, in order.
+    Merged(Vec<CommandReply>),
 }
 
 /// A node whose lease ran out, and what was purged with it.
@@ -169,6 +186,8 @@ pub struct ExpiredNode {
 /// Why a command was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Rejection {
+    /// A [`Command::Merged`] inside a merged entry (the leader never builds one).
+    NestedMerge,
     /// The node never joined.
     UnknownNode {
         /// The node named by the command.

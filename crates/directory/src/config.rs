@@ -5,12 +5,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::FRAME_HEADER_LEN;
 use crate::error::DirectoryError;
+use crate::merge::MERGE_REQUESTS_MAX;
 
 /// Upper bound of one encoded ownership record (a chunk mapping is the largest: two 32-byte
 /// ids; claims and releases are an id and a tier), with room for varint lengths.
 const RECORD_BYTES_MAX: u64 = 72;
 /// Upper bound of an entry's fixed part (log id, enum tags, node, epoch, vector lengths).
 const ENTRY_OVERHEAD_BYTES: u64 = 256;
+/// Upper bound of what one request adds to a merged entry besides its records (request id,
+/// command tag, node, epoch, vector lengths).
+const MERGED_REQUEST_BYTES: u64 = 64;
 /// Upper bound of an append-entries request without its entries (vote, previous log id,
 /// commit index), and of a snapshot chunk's metadata (membership with node addresses).
 const RPC_OVERHEAD_BYTES: u64 = 64 * 1024;
@@ -48,8 +52,12 @@ pub struct DirectoryConfig {
     pub lease_ms: u64,
     /// How often the leader checks for expired leases.
     pub lease_check_interval_ms: u64,
-    /// Build a snapshot after this many applied entries since the last one.
+    /// Build a snapshot after this many applied entries since the last one, at the latest.
     pub snapshot_logs_since_last: u64,
+    /// Build a snapshot once the records applied since the last one reach the number of
+    /// records in the state, and at least this many (so the log stays no longer than the
+    /// state it rebuilds, and snapshot work per record stays constant as the state grows).
+    pub snapshot_records_min: u64,
     /// Log entries kept behind a snapshot (so slightly lagging members need no snapshot).
     pub logs_kept_after_snapshot: u64,
     /// Most entries in one append-entries request.
@@ -81,7 +89,8 @@ impl Default for DirectoryConfig {
             batch_inflight_max: 4,
             lease_ms: 10_000,
             lease_check_interval_ms: 500,
-            snapshot_logs_since_last: 5_000,
+            snapshot_logs_since_last: 200_000,
+            snapshot_records_min: 100_000,
             logs_kept_after_snapshot: 1_000,
             raft_payload_entries_max: 64,
             snapshot_chunk_bytes_max: 1024 * 1024,
@@ -103,9 +112,12 @@ fn bad(field: &'static str, expected: impl Into<String>, found: impl ToString) -
 }
 
 impl DirectoryConfig {
-    /// Upper bound of one encoded log entry carrying a full batch.
+    /// Upper bound of one encoded log entry: a full batch, or a merged entry of several
+    /// nodes' batches holding as many records in all (see [`crate::merge`]).
     pub fn entry_bytes_max(&self) -> u64 {
-        ENTRY_OVERHEAD_BYTES + RECORD_BYTES_MAX * self.batch_records_max as u64
+        ENTRY_OVERHEAD_BYTES
+            + MERGED_REQUEST_BYTES * MERGE_REQUESTS_MAX as u64
+            + RECORD_BYTES_MAX * self.batch_records_max as u64
     }
 
     /// Checks every field and the relations between them.
@@ -187,6 +199,9 @@ impl DirectoryConfig {
         }
         if self.snapshot_logs_since_last == 0 {
             return Err(bad("snapshot_logs_since_last", "> 0", 0));
+        }
+        if self.snapshot_records_min == 0 {
+            return Err(bad("snapshot_records_min", "> 0", 0));
         }
         if self.raft_payload_entries_max == 0 {
             return Err(bad("raft_payload_entries_max", "> 0", 0));

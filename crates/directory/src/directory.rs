@@ -17,7 +17,7 @@ use crate::error::DirectoryError;
 use crate::ids::{Epoch, NodeId, ShardId};
 use crate::network::{FrameTransport, FramedNetworkFactory, RpcServer};
 use crate::rpc::{ForwardRequest, ForwardResponse};
-use crate::storage::{open_store, LogStore, ShardView};
+use crate::storage::{open_store, LogStore, ShardView, SnapshotTrigger};
 use crate::type_config::{Raft, RaftMetrics};
 
 /// A committed command: where it sits in the log and what applying it answered.
@@ -76,7 +76,8 @@ impl Directory {
         clock: Arc<dyn Clock>,
     ) -> Result<Directory, DirectoryError> {
         let raft_config = Arc::new(config.raft_config()?);
-        let (log, sm) = open_store(path, shard).await?;
+        let trigger = Arc::new(SnapshotTrigger::new(config.snapshot_records_min));
+        let (log, sm) = open_store(path, shard, trigger.clone()).await?;
         let view = sm.view();
         let network =
             FramedNetworkFactory::new(id, transport.clone(), config.frame_bytes_max as usize);
@@ -85,7 +86,8 @@ impl Directory {
             .map_err(|e| DirectoryError::Stopped {
                 reason: e.to_string(),
             })?;
-        let server = RpcServer::new(raft.clone(), &config);
+        let client = client_nonce(id);
+        let server = RpcServer::new(raft.clone(), &config, client.wrapping_add(1));
         let (shutdown, _) = watch::channel(false);
         let dir = Directory {
             inner: Arc::new(Inner {
@@ -98,7 +100,7 @@ impl Directory {
                 transport,
                 clock,
                 server,
-                client: client_nonce(id),
+                client,
                 seq: std::sync::atomic::AtomicU64::new(0),
                 shutdown,
                 tasks: std::sync::Mutex::new(Vec::new()),
@@ -107,11 +109,12 @@ impl Directory {
             }),
         };
         let ticker = crate::lease::spawn_lease_ticker(&dir, dir.inner.shutdown.subscribe());
+        let snapshots = spawn_snapshot_task(&dir, trigger, dir.inner.shutdown.subscribe());
         dir.inner
             .tasks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(ticker);
+            .extend([ticker, snapshots]);
         Ok(dir)
     }
 
@@ -299,6 +302,28 @@ impl Inner {
             seq: self.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1,
         }
     }
+}
+
+/// Asks Raft for a snapshot whenever `trigger` says one is due, until shutdown.
+fn spawn_snapshot_task(
+    dir: &Directory,
+    trigger: Arc<SnapshotTrigger>,
+    mut shutdown: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let weak = Arc::downgrade(&dir.inner);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = trigger.due() => {}
+                _ = shutdown.changed() => return,
+            }
+            let Some(inner) = weak.upgrade() else { return };
+            tracing::debug!(member = %inner.id, records = trigger.since(), "snapshot due");
+            if let Err(e) = inner.raft.trigger().snapshot().await {
+                tracing::warn!(member = %inner.id, error = %e, "snapshot trigger failed");
+            }
+        }
+    })
 }
 
 /// A client id for deduplication that no other handle, here or elsewhere, before or after a

@@ -5,7 +5,8 @@
 //! `ChunkKey → BlockId`, node epochs and liveness leases; [`shard`]), exactly-once application of
 //! retried writes ([`sessions`]), its persistence in redb
 //! (the Raft log, vote and snapshots; [`storage`]), the batching of ownership records
-//! ([`batcher`]), reads at local or linearizable consistency ([`read`]), membership changes
+//! ([`batcher`]) and, on the leader, the merging of several nodes' batches into one entry
+//! ([`merge`]), reads at local or linearizable consistency ([`read`]), membership changes
 //! ([`membership`]), and the network seam Raft talks through ([`network`], [`rpc`], [`codec`]),
 //! with an in-memory router for deterministic tests. Also ships a linearizability checker
 //! ([`linearizability`]) and an in-process cluster harness ([`testing`]).
@@ -29,6 +30,7 @@ pub mod ids;
 mod lease;
 pub mod linearizability;
 pub mod membership;
+pub mod merge;
 pub mod network;
 pub mod owner;
 pub mod read;

@@ -140,6 +140,19 @@ impl ShardState {
     /// Applies one logged request at `log_index`, once: a retry of a request already applied
     /// gets the reply recorded the first time.
     pub fn apply_request(&mut self, request: &Request, log_index: u64) -> CommandReply {
+        if let Command::Merged(requests) = &request.command {
+            // Each request keeps its own id: a retry that lands in a later entry, merged or
+            // not, is answered from the session table.
+            return CommandReply::Merged(
+                requests
+                    .iter()
+                    .map(|r| match r.command {
+                        Command::Merged(_) => CommandReply::Rejected(Rejection::NestedMerge),
+                        _ => self.apply_request(r, log_index),
+                    })
+                    .collect(),
+            );
+        }
         if let Some(reply) = self.sessions.seen(request.id) {
             return reply;
         }
@@ -173,6 +186,8 @@ impl ShardState {
                 now_ms,
                 keep_chunks_ms,
             } => self.expire(*now_ms, *keep_chunks_ms),
+            // Merged entries apply through `apply_request`, request by request.
+            Command::Merged(_) => CommandReply::Rejected(Rejection::NestedMerge),
         }
     }
 

@@ -308,3 +308,51 @@ fn an_expired_holder_that_returns_within_the_grace_gets_its_chunks_back() {
     assert_eq!(s.dormant_count(), 0);
     s.check_invariants().unwrap();
 }
+
+#[test]
+fn a_merged_entry_applies_each_request_once_in_order() {
+    use crate::command::{Request, RequestId};
+    let mut s = ShardState::new(ShardId(0));
+    let e1 = join(&mut s, 1, 10_000);
+    let e2 = join(&mut s, 2, 10_000);
+    let req = |client: u64, seq: u64, command: Command| Request {
+        id: RequestId { client, seq },
+        command,
+    };
+    let batch = |node: u64, epoch: Epoch, b: u8| {
+        Command::Ownership(OwnershipBatch::claim(
+            NodeId(node),
+            epoch,
+            vec![(block(b), Tier::Host)],
+            vec![],
+        ))
+    };
+    // Node 1's request was applied on its own before (a retry now lands in a merged entry).
+    let first = s.apply_request(&req(7, 1, batch(1, e1, 1)), 10);
+    let merged = req(
+        99,
+        1,
+        Command::Merged(vec![
+            req(7, 1, batch(1, e1, 1)),
+            req(8, 1, batch(2, e2, 2)),
+            req(9, 1, Command::Merged(vec![])),
+            req(8, 2, batch(2, Epoch(e2.0 + 5), 3)),
+        ]),
+    );
+    let reply = s.apply_request(&merged, 11);
+    let CommandReply::Merged(each) = reply else {
+        panic!("expected Merged, found {reply:?}");
+    };
+    assert_eq!(each.len(), 4);
+    assert_eq!(
+        each[0], first,
+        "the retry is answered from the session table"
+    );
+    assert!(matches!(each[1], CommandReply::Applied { claimed: 1, .. }));
+    assert_eq!(each[2], CommandReply::Rejected(Rejection::NestedMerge));
+    assert!(matches!(
+        each[3],
+        CommandReply::Rejected(Rejection::FutureEpoch { .. })
+    ));
+    assert_eq!(s.block_count(), 2, "blocks 1 and 2 held, block 3 refused");
+}

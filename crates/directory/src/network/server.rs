@@ -6,9 +6,11 @@ use std::time::Duration;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::BasicNode;
 
+use crate::command::Command;
 use crate::config::DirectoryConfig;
 use crate::error::DirectoryError;
 use crate::ids::NodeId;
+use crate::merge::WriteMerger;
 use crate::rpc::{ForwardRequest, ForwardResponse, RpcRequest, RpcResponse};
 use crate::type_config::Raft;
 
@@ -16,15 +18,23 @@ use crate::type_config::Raft;
 #[derive(Clone)]
 pub struct RpcServer {
     raft: Raft,
+    merger: WriteMerger,
     frame_bytes_max: usize,
     write_timeout: Duration,
     read_timeout: Duration,
 }
 
 impl RpcServer {
-    /// A server for `raft`, bounded by `config`.
-    pub(crate) fn new(raft: Raft, config: &DirectoryConfig) -> RpcServer {
+    /// A server for `raft`, bounded by `config`; `client` names the leader's merged entries
+    /// (see [`WriteMerger`]). Must be called within a tokio runtime.
+    pub(crate) fn new(raft: Raft, config: &DirectoryConfig, client: u64) -> RpcServer {
         RpcServer {
+            merger: WriteMerger::spawn(
+                raft.clone(),
+                config.batch_records_max,
+                config.batch_inflight_max,
+                client,
+            ),
             raft,
             frame_bytes_max: config.frame_bytes_max as usize,
             write_timeout: Duration::from_millis(config.write_timeout_ms),
@@ -60,14 +70,21 @@ impl RpcServer {
         req: ForwardRequest,
     ) -> Result<ForwardResponse, DirectoryError> {
         match req {
-            ForwardRequest::Write(command) => {
-                let write = self.raft.client_write(command);
-                let r = tokio::time::timeout(self.write_timeout, write)
-                    .await
-                    .map_err(|_| self.timeout("forwarded write", self.write_timeout))?;
-                Ok(ForwardResponse::Write(
-                    r.map(|resp| (resp.log_id.index, resp.data)),
-                ))
+            ForwardRequest::Write(request) => {
+                let r = if matches!(request.command, Command::Ownership(_)) {
+                    tokio::time::timeout(self.write_timeout, self.merger.write(request))
+                        .await
+                        .map_err(|_| self.timeout("forwarded write", self.write_timeout))?
+                        .ok_or_else(|| DirectoryError::Stopped {
+                            reason: "the member is shutting down".into(),
+                        })?
+                } else {
+                    tokio::time::timeout(self.write_timeout, self.raft.client_write(request))
+                        .await
+                        .map_err(|_| self.timeout("forwarded write", self.write_timeout))?
+                        .map(|resp| (resp.log_id.index, resp.data))
+                };
+                Ok(ForwardResponse::Write(r))
             }
             ForwardRequest::ReadIndex => {
                 let read = self.raft.get_read_log_id();

@@ -2,24 +2,29 @@
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader, Vote};
 use redb::{Database, ReadableDatabase, ReadableTable};
+use tokio::sync::oneshot;
 
+use super::log_tail::LogTail;
+use super::log_writer::{Appended, LogWriter, Op};
 use super::records::{
-    blocking, decode, encode, io_read, io_write, read_meta, write_meta, write_meta_lazy,
-    KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE, LOG, META,
+    blocking, decode, encode, io_read, io_write, read_meta, KEY_COMMITTED, KEY_LAST_PURGED,
+    KEY_VOTE, LOG,
 };
 use crate::ids::NodeId;
 use crate::type_config::{Entry, LogId, StorageError, TypeConfig};
 
-/// The log store of one member. Cheap to clone: clones share the database, which serializes
-/// writers and lets readers (replication tasks) run beside them.
+/// The log store of one member. Cheap to clone: clones share the database, the in-memory
+/// tail and the writer thread (joined when the last clone goes).
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<Database>,
+    tail: Arc<Mutex<LogTail>>,
+    writer: Arc<LogWriter>,
 }
 
 impl Debug for LogStore {
@@ -29,14 +34,48 @@ impl Debug for LogStore {
 }
 
 impl LogStore {
-    pub(super) fn new(db: Arc<Database>) -> LogStore {
-        LogStore { db }
+    pub(super) fn new(db: Arc<Database>) -> std::io::Result<LogStore> {
+        let tail = Arc::new(Mutex::new(LogTail::default()));
+        let writer = Arc::new(LogWriter::spawn(db.clone(), tail.clone())?);
+        Ok(LogStore { db, tail, writer })
     }
 
     /// Every entry in `range` that is still in the log (for tests and tools that audit it).
     pub async fn entries(&self, range: impl RangeBounds<u64>) -> Result<Vec<Entry>, StorageError> {
         let bounds = (range.start_bound().cloned(), range.end_bound().cloned());
-        read_range(&self.db, bounds).await
+        self.read(bounds).await
+    }
+
+    fn tail(&self) -> std::sync::MutexGuard<'_, LogTail> {
+        self.tail.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The tail's part of `bounds` from memory, the part below the tail from redb.
+    async fn read(&self, bounds: (Bound<u64>, Bound<u64>)) -> Result<Vec<Entry>, StorageError> {
+        let (first, from_tail) = {
+            let t = self.tail();
+            (t.first_index(), t.read(bounds))
+        };
+        let below = match (first, bounds.0) {
+            (Some(first), Bound::Included(s)) if s >= first => return Ok(from_tail),
+            (Some(first), Bound::Excluded(s)) if s >= first => return Ok(from_tail),
+            (Some(first), start) => (start, Bound::Excluded(first)),
+            (None, _) => bounds,
+        };
+        let mut out = read_range(&self.db, below).await?;
+        out.extend(from_tail);
+        Ok(out)
+    }
+
+    /// Queues `op` and waits for the writer's answer.
+    async fn write(
+        &self,
+        op: impl FnOnce(oneshot::Sender<Result<(), String>>) -> Op,
+    ) -> Result<(), String> {
+        let (tx, rx) = oneshot::channel();
+        self.writer.send(op(tx))?;
+        rx.await
+            .map_err(|_| "the log writer dropped a reply".to_string())?
     }
 }
 
@@ -74,7 +113,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
         let bounds = (range.start_bound().cloned(), range.end_bound().cloned());
-        read_range(&self.db, bounds).await
+        self.read(bounds).await
     }
 }
 
@@ -82,6 +121,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        let staged_last = self.tail().last_log_id();
         let (last_purged, last) = blocking(&self.db, |db| {
             let last_purged: Option<LogId> = read_meta(db, KEY_LAST_PURGED)?;
             let txn = db.begin_read().map_err(|e| e.to_string())?;
@@ -96,7 +136,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         .map_err(io_read)?;
         Ok(LogState {
             last_purged_log_id: last_purged,
-            last_log_id: last.or(last_purged),
+            // The tail, when it holds anything, is newer than the table.
+            last_log_id: staged_last.or(last).or(last_purged),
         })
     }
 
@@ -106,7 +147,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
         let vote = *vote;
-        blocking(&self.db, move |db| write_meta(db, KEY_VOTE, &vote))
+        self.write(|reply| Op::Vote(vote, reply))
             .await
             .map_err(io_write)
     }
@@ -117,17 +158,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(io_read)
     }
 
-    /// Not fsynced (see `write_meta_lazy`): openraft treats the saved committed id as an
-    /// optional hint (on open it re-applies the log up to it, and learns the rest from the
-    /// leader), so a crash that loses the latest one costs a little catching up, never an
-    /// entry. An fsync per commit on every member would otherwise double the directory's
-    /// disk flushes.
+    /// Queued, not awaited: the writer puts the latest committed id into its next
+    /// transaction (see `log_writer`). openraft treats the saved committed id as an optional
+    /// hint (on open it re-applies the log up to it, and learns the rest from the leader), so
+    /// a crash that loses the latest one costs a little catching up, never an entry.
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        blocking(&self.db, move |db| {
-            write_meta_lazy(db, KEY_COMMITTED, &committed)
-        })
-        .await
-        .map_err(io_write)
+        self.writer.send(Op::Committed(committed)).map_err(io_write)
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
@@ -137,6 +173,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(c.flatten())
     }
 
+    /// Stages the entries in the tail (readable on return) and queues their write; the
+    /// callback fires when the transaction holding them is on disk.
     async fn append<I>(
         &mut self,
         entries: I,
@@ -146,69 +184,37 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        let entries: Vec<Entry> = entries.into_iter().collect();
         let records = entries
-            .into_iter()
-            .map(|e| encode(&e).map(|r| (e.log_id.index, r)))
+            .iter()
+            .map(|e| encode(e).map(|r| (e.log_id.index, r)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(io_write)?;
-        // One transaction for the whole batch; redb's commit is durable on return, so the
-        // entries are both readable and on disk when the callback fires.
-        let res = blocking(&self.db, move |db| {
-            let txn = db.begin_write().map_err(|e| e.to_string())?;
-            {
-                let mut log = txn.open_table(LOG).map_err(|e| e.to_string())?;
-                for (index, rec) in &records {
-                    log.insert(*index, rec.as_slice())
-                        .map_err(|e| e.to_string())?;
-                }
-            }
-            txn.commit().map_err(|e| e.to_string())
-        })
-        .await;
-        match res {
-            Ok(()) => {
-                callback.log_io_completed(Ok(()));
-                Ok(())
-            }
-            Err(reason) => {
-                callback.log_io_completed(Err(std::io::Error::other(reason.clone())));
-                Err(io_write(reason))
-            }
-        }
+        let ids = entries.iter().map(|e| e.log_id).collect();
+        self.tail().stage(&entries).map_err(io_write)?;
+        self.writer
+            .send(Op::Append(Appended {
+                records,
+                ids,
+                callback,
+            }))
+            .map_err(io_write)
     }
 
+    /// Drops the suffix from the tail at once and waits for the table's deletion, so that no
+    /// reader finds a truncated entry afterwards.
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         let from = log_id.index;
-        blocking(&self.db, move |db| {
-            let txn = db.begin_write().map_err(|e| e.to_string())?;
-            {
-                let mut log = txn.open_table(LOG).map_err(|e| e.to_string())?;
-                log.retain_in::<u64, _>(from.., |_, _| false)
-                    .map_err(|e| e.to_string())?;
-            }
-            txn.commit().map_err(|e| e.to_string())
-        })
-        .await
-        .map_err(io_write)
+        self.tail().truncate(from);
+        self.write(|reply| Op::Truncate(from, reply))
+            .await
+            .map_err(io_write)
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        let upto = log_id.index;
-        blocking(&self.db, move |db| {
-            let rec = encode(&log_id)?;
-            let txn = db.begin_write().map_err(|e| e.to_string())?;
-            {
-                // The purge point and the deletion commit together: no hole, no lost marker.
-                let mut meta = txn.open_table(META).map_err(|e| e.to_string())?;
-                meta.insert(KEY_LAST_PURGED, rec.as_slice())
-                    .map_err(|e| e.to_string())?;
-                let mut log = txn.open_table(LOG).map_err(|e| e.to_string())?;
-                log.retain_in::<u64, _>(..=upto, |_, _| false)
-                    .map_err(|e| e.to_string())?;
-            }
-            txn.commit().map_err(|e| e.to_string())
-        })
-        .await
-        .map_err(io_write)
+        self.tail().purge(log_id.index);
+        self.write(|reply| Op::Purge(log_id, reply))
+            .await
+            .map_err(io_write)
     }
 }

@@ -127,29 +127,8 @@ pub(super) fn read_meta<T: DeserializeOwned>(
 
 /// Writes one meta record in its own durable transaction.
 pub(super) fn write_meta<T: Serialize>(db: &Database, key: &str, value: &T) -> Result<(), String> {
-    write_meta_with(db, key, value, redb::Durability::Immediate)
-}
-
-/// Writes `value` under `key` in `meta` without waiting for the disk: it becomes durable with
-/// the next durable commit (the next log append), and a crash before that loses only this
-/// write. For hints whose loss is harmless, never for the vote or the log.
-pub(super) fn write_meta_lazy<T: Serialize>(
-    db: &Database,
-    key: &str,
-    value: &T,
-) -> Result<(), String> {
-    write_meta_with(db, key, value, redb::Durability::None)
-}
-
-fn write_meta_with<T: Serialize>(
-    db: &Database,
-    key: &str,
-    value: &T,
-    durability: redb::Durability,
-) -> Result<(), String> {
     let rec = encode(value)?;
-    let mut txn = db.begin_write().map_err(|e| e.to_string())?;
-    txn.set_durability(durability).map_err(|e| e.to_string())?;
+    let txn = db.begin_write().map_err(|e| e.to_string())?;
     {
         let mut meta = txn.open_table(META).map_err(|e| e.to_string())?;
         meta.insert(key, rec.as_slice())

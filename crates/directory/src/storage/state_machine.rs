@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::records::{blocking, io_read, io_write, read_meta, write_meta, KEY_SNAPSHOT};
 use super::snapshot::{decode_snapshot, encode_snapshot};
+use super::snapshot_trigger::SnapshotTrigger;
 use crate::command::CommandReply;
 use crate::error::DirectoryError;
 use crate::ids::ShardId;
@@ -59,6 +60,7 @@ pub struct StateMachineStore {
     shard: ShardId,
     view: ShardView,
     snapshot_seq: u64,
+    trigger: Arc<SnapshotTrigger>,
 }
 
 impl std::fmt::Debug for StateMachineStore {
@@ -71,7 +73,11 @@ impl std::fmt::Debug for StateMachineStore {
 
 impl StateMachineStore {
     /// Loads the last persisted snapshot (if any) as the starting state.
-    pub(super) async fn load(db: Arc<Database>, shard: ShardId) -> Result<Self, DirectoryError> {
+    pub(super) async fn load(
+        db: Arc<Database>,
+        shard: ShardId,
+        trigger: Arc<SnapshotTrigger>,
+    ) -> Result<Self, DirectoryError> {
         let stored: Option<StoredSnapshot> = blocking(&db, |db| read_meta(db, KEY_SNAPSHOT))
             .await
             .map_err(|e| DirectoryError::storage("load snapshot", e))?;
@@ -94,6 +100,7 @@ impl StateMachineStore {
                 inner: Arc::new(RwLock::new(applied)),
             },
             snapshot_seq: 0,
+            trigger,
         })
     }
 
@@ -108,6 +115,7 @@ pub struct SnapshotBuilder {
     db: Arc<Database>,
     view: ShardView,
     seq: u64,
+    trigger: Arc<SnapshotTrigger>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -115,6 +123,8 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         // Copy under the lock, encode outside it, so applies are blocked only for the copy.
         let (last_applied, membership, state) = {
             let g = self.view.inner.read().unwrap_or_else(|p| p.into_inner());
+            // Applies wait for this lock, so nothing lands between the copy and the reset.
+            self.trigger.reset();
             (g.last_applied, g.membership.clone(), g.state.clone())
         };
         let data = encode_snapshot(&state).map_err(|e| io_write(e.to_string()))?;
@@ -158,11 +168,13 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     {
         let mut g = self.view.inner.write().unwrap_or_else(|p| p.into_inner());
         let mut replies = Vec::new();
+        let mut records = 0;
         for entry in entries {
             g.last_applied = Some(entry.log_id);
             let reply = match entry.payload {
                 EntryPayload::Blank => CommandReply::Empty,
                 EntryPayload::Normal(request) => {
+                    records += request.command.record_count();
                     g.state.apply_request(&request, entry.log_id.index)
                 }
                 EntryPayload::Membership(m) => {
@@ -172,6 +184,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             };
             replies.push(reply);
         }
+        let state_records = (g.state.block_count() + g.state.chunk_count()) as u64;
+        self.trigger.applied(records, state_records);
         Ok(replies)
     }
 
@@ -181,6 +195,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             db: self.db.clone(),
             view: self.view.clone(),
             seq: self.snapshot_seq,
+            trigger: self.trigger.clone(),
         }
     }
 
@@ -207,6 +222,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             .map_err(io_write)?;
         let mut g = self.view.inner.write().unwrap_or_else(|p| p.into_inner());
         g.state = state;
+        self.trigger.reset();
         g.last_applied = meta.last_log_id;
         g.membership = meta.last_membership.clone();
         Ok(())

@@ -97,3 +97,54 @@ async fn lagging_member_catches_up_by_snapshot_install() -> anyhow::Result<()> {
     c.shutdown().await?;
     Ok(())
 }
+
+/// With openraft's entry count out of reach, snapshots follow the records applied: none
+/// below `snapshot_records_min`, one once a batch of records crosses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_follows_the_records_applied() -> anyhow::Result<()> {
+    init_tracing();
+    let config = DirectoryConfig {
+        snapshot_logs_since_last: 1_000_000,
+        snapshot_records_min: 100,
+        ..TestCluster::test_config()
+    };
+    let (_dir, c) = start(&[1, 2, 3], config).await?;
+    let all = ids(&[1, 2, 3]);
+    let leader = c.wait_for_leader(&all, LIMIT).await?;
+    let epoch = c.member(leader).join(NodeId(10)).await?;
+    let batch = |from: u64, n: u64| {
+        OwnershipBatch::claim(
+            NodeId(10),
+            epoch,
+            (from..from + n).map(|b| (block(b), Tier::Host)).collect(),
+            Vec::new(),
+        )
+    };
+    let first = c.member(leader).update_ownership(batch(0, 60)).await?;
+    c.wait_applied(&all, first.log_index, LIMIT).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for n in &all {
+        assert_eq!(
+            c.member(*n).metrics().snapshot,
+            None,
+            "member {n} built a snapshot after 60 records, under the floor of 100"
+        );
+    }
+    let second = c.member(leader).update_ownership(batch(60, 60)).await?;
+    let started = Instant::now();
+    for n in &all {
+        loop {
+            let snap = c.member(*n).metrics().snapshot;
+            if snap.is_some_and(|s| s.index >= second.log_index) {
+                break;
+            }
+            assert!(
+                started.elapsed() < LIMIT,
+                "member {n} has no snapshot covering index {} after 120 records: {snap:?}",
+                second.log_index
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    Ok(())
+}
