@@ -35,6 +35,7 @@ pub(crate) mod exit;
 mod get;
 mod json_api;
 mod lookup;
+mod metrics_text;
 mod models;
 mod node;
 mod put;

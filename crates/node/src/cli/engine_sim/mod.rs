@@ -29,6 +29,7 @@ use serde_json::json;
 use super::client::{Client, ClientArgs};
 use super::demo::driver::NodeApi;
 use super::json_api::{self, JsonError, LookupMode};
+use super::metrics_text::{Kind, MetricsText};
 
 /// The model the engine runs unless told otherwise.
 pub(crate) const MODEL_DEFAULT: &str = "deepseek-v3";
@@ -278,59 +279,47 @@ async fn load_handler(State(engine): State<Arc<Engine>>) -> Response {
 }
 
 async fn metrics_handler(State(e): State<Arc<Engine>>) -> String {
-    let mut out = String::new();
-    for (name, help, v) in [
+    let mut m = MetricsText::default();
+    m.single(
+        "kvfabric_engine_in_flight",
+        Kind::Gauge,
+        "requests in flight",
+        e.in_flight.load(Ordering::SeqCst),
+    );
+    for (family, help, v) in [
+        ("kvfabric_engine_served", "requests answered 200", &e.served),
         (
-            "kvfabric_engine_in_flight",
-            "requests in flight",
-            e.in_flight.load(Ordering::SeqCst),
-        ),
-        (
-            "kvfabric_engine_served_total",
-            "requests answered 200",
-            e.served.load(Ordering::Relaxed),
-        ),
-        (
-            "kvfabric_engine_rejected_total",
+            "kvfabric_engine_rejected",
             "requests refused with a 4xx",
-            e.rejected.load(Ordering::Relaxed),
+            &e.rejected,
         ),
         (
-            "kvfabric_engine_failed_total",
+            "kvfabric_engine_failed",
             "requests failed by the node",
-            e.failed.load(Ordering::Relaxed),
+            &e.failed,
         ),
         (
-            "kvfabric_engine_hits_local_total",
+            "kvfabric_engine_hits_local",
             "chunks read from the engine's node",
-            e.hits_local.load(Ordering::Relaxed),
+            &e.hits_local,
         ),
         (
-            "kvfabric_engine_hits_remote_total",
+            "kvfabric_engine_hits_remote",
             "chunks fetched from other nodes",
-            e.hits_remote.load(Ordering::Relaxed),
+            &e.hits_remote,
         ),
         (
-            "kvfabric_engine_recomputed_tokens_total",
+            "kvfabric_engine_recomputed_tokens",
             "tokens prefilled",
-            e.recomputed_tokens.load(Ordering::Relaxed),
+            &e.recomputed_tokens,
         ),
         (
-            "kvfabric_engine_bytes_fetched_total",
+            "kvfabric_engine_bytes_fetched",
             "payload bytes of remote hits",
-            e.bytes_fetched.load(Ordering::Relaxed),
+            &e.bytes_fetched,
         ),
     ] {
-        let kind = if name.ends_with("_total") {
-            "counter"
-        } else {
-            "gauge"
-        };
-        let family = name.trim_end_matches("_total");
-        out.push_str(&format!(
-            "# HELP {family} {help}\n# TYPE {family} {kind}\n{name} {v}\n"
-        ));
+        m.single(family, Kind::Counter, help, v.load(Ordering::Relaxed));
     }
-    out.push_str("# EOF\n");
-    out
+    m.finish()
 }

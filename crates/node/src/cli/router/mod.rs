@@ -32,6 +32,7 @@ use serde_json::{json, Value};
 
 use super::client::{Client, ClientArgs};
 use super::json_api::{self, JsonError};
+use super::metrics_text::{Kind, MetricsText};
 
 /// Longest one forward may take (a cold prompt at a slow prefill rate).
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(600);
@@ -354,75 +355,62 @@ async fn load_override_handler(
 }
 
 /// One per-backend series: family, kind, help, value.
-type PerBackendSeries = (
-    &'static str,
-    &'static str,
-    &'static str,
-    fn(&Backend) -> u64,
-);
+type PerBackendSeries = (&'static str, Kind, &'static str, fn(&Backend) -> u64);
 
 async fn metrics_handler(State(s): State<Arc<RouterState>>) -> String {
-    let mut out = String::new();
+    let mut m = MetricsText::default();
     let per_backend: [PerBackendSeries; 4] = [
         (
             "kvfabric_router_forwarded",
-            "counter",
+            Kind::Counter,
             "requests a backend answered",
             |b| b.forwarded.load(Ordering::Relaxed),
         ),
         (
             "kvfabric_router_backend_failures",
-            "counter",
+            Kind::Counter,
             "forwards that failed",
             |b| b.failures.load(Ordering::Relaxed),
         ),
         (
             "kvfabric_router_refused",
-            "counter",
+            Kind::Counter,
             "requests a backend refused (4xx)",
             |b| b.refused.load(Ordering::Relaxed),
         ),
         (
             "kvfabric_router_load",
-            "gauge",
+            Kind::Gauge,
             "requests in flight plus the load override",
             |b| b.load(),
         ),
     ];
     for (family, kind, help, f) in per_backend {
-        let suffix = if kind == "counter" { "_total" } else { "" };
-        out.push_str(&format!("# HELP {family} {help}\n# TYPE {family} {kind}\n"));
+        m.family(family, kind, help);
         for b in &s.backends {
-            out.push_str(&format!(
-                "{family}{suffix}{{backend=\"{}\"}} {}\n",
-                b.node,
-                f(b)
-            ));
+            m.sample(family, kind, &[("backend", &b.node.to_string())], f(b));
         }
     }
     for (family, help, v) in [
         (
             "kvfabric_router_rejected",
             "requests refused by the router (4xx)",
-            s.rejected.load(Ordering::Relaxed),
+            &s.rejected,
         ),
         (
             "kvfabric_router_unavailable",
             "requests no backend answered (503)",
-            s.unavailable.load(Ordering::Relaxed),
+            &s.unavailable,
         ),
         (
             "kvfabric_router_route_failures",
             "route calls that failed",
-            s.route_failures.load(Ordering::Relaxed),
+            &s.route_failures,
         ),
     ] {
-        out.push_str(&format!(
-            "# HELP {family} {help}\n# TYPE {family} counter\n{family}_total {v}\n"
-        ));
+        m.single(family, Kind::Counter, help, v.load(Ordering::Relaxed));
     }
-    out.push_str("# EOF\n");
-    out
+    m.finish()
 }
 
 #[cfg(test)]
