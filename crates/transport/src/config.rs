@@ -17,7 +17,8 @@ use std::time::Duration;
 use crate::error::TransportError;
 
 pub use ucx::{
-    UcxTuning, RECV_CHUNKS_POSTED_MAX, RECV_CHUNK_BYTES_MAX, RECV_CHUNK_BYTES_MIN, UCX_SETTINGS_MAX,
+    UcxMode, UcxTuning, LEASES_PER_CONNECTION_MAX, RECV_CHUNKS_POSTED_MAX, RECV_CHUNK_BYTES_MAX,
+    RECV_CHUNK_BYTES_MIN, UCX_SETTINGS_MAX,
 };
 
 /// Hard ceiling on `max_frame_bytes`: far above any block, far below `usize::MAX` on 64-bit.

@@ -22,6 +22,10 @@ pub struct TransportCounters {
     bytes_out: AtomicU64,
     fetches_in_flight: AtomicU64,
     fetches_in_flight_peak: AtomicU64,
+    leases_granted: AtomicU64,
+    leases_refused: AtomicU64,
+    leases_expired: AtomicU64,
+    leases_held: AtomicU64,
 }
 
 /// A point-in-time copy of [`TransportCounters`].
@@ -55,6 +59,15 @@ pub struct CountersSnapshot {
     pub fetches_in_flight: u64,
     /// The most fetches that ever held a slot at once (at most `fetches_in_flight_max`).
     pub fetches_in_flight_peak: u64,
+    /// UCX get mode, server side: blocks mapped and leased to a client for one-sided reads.
+    pub leases_granted: u64,
+    /// `FetchRma` requests answered `Unavailable` because the connection held
+    /// `ucx.leases_per_connection_max` leases.
+    pub leases_refused: u64,
+    /// Leases ended by `fetch_timeout_ms` before the client released them.
+    pub leases_expired: u64,
+    /// Leases held now (mapped, awaiting release, expiry or the connection's end).
+    pub leases_held: u64,
 }
 
 macro_rules! bump {
@@ -80,7 +93,20 @@ impl TransportCounters {
         handshakes_refused,
         blocks_served,
         not_found_served,
+        leases_refused,
+        leases_expired,
     );
+
+    /// A block was mapped and leased.
+    pub(crate) fn lease_granted(&self) {
+        self.leases_granted.fetch_add(1, Ordering::Relaxed);
+        self.leases_held.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A lease ended (released, expired, or its connection closed).
+    pub(crate) fn lease_ended(&self) {
+        self.leases_held.fetch_sub(1, Ordering::Relaxed);
+    }
 
     /// Adds received bytes.
     pub(crate) fn add_bytes_in(&self, n: u64) {
@@ -122,6 +148,10 @@ impl TransportCounters {
             bytes_out: g(&self.bytes_out),
             fetches_in_flight: g(&self.fetches_in_flight),
             fetches_in_flight_peak: g(&self.fetches_in_flight_peak),
+            leases_granted: g(&self.leases_granted),
+            leases_refused: g(&self.leases_refused),
+            leases_expired: g(&self.leases_expired),
+            leases_held: g(&self.leases_held),
         }
     }
 }

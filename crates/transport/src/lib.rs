@@ -168,6 +168,7 @@ pub mod conformance;
 pub mod counters;
 pub mod error;
 pub mod frame;
+pub mod lease;
 pub mod peer;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
@@ -181,7 +182,7 @@ pub mod transport;
 pub mod ucx;
 
 pub use certs::{generate_cluster, ClusterCa, ClusterFiles, NodeIdentity};
-pub use config::{QuicTuning, TransportConfig, UcxTuning};
+pub use config::{QuicTuning, TransportConfig, UcxMode, UcxTuning};
 pub use counters::{CountersSnapshot, TransportCounters};
 pub use error::TransportError;
 pub use frame::{FrameError, FrameHeader, FrameKind};

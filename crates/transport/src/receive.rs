@@ -59,6 +59,27 @@ pub trait PayloadSink: Send {
     fn push(&mut self, chunk: &[u8]) -> Result<(), ReceiveError>;
     /// Called at the end of the stream.
     fn finish(self) -> Result<Self::Output, ReceiveError>;
+
+    /// In-place receipt (one-sided reads), after `begin`: lends the buffer the bytes should be
+    /// written into (empty; its capacity is used if it suffices). The default lends nothing
+    /// (an empty Vec): the transport then reads into a buffer of its own and calls
+    /// [`PayloadSink::landed`], whose default copies through [`PayloadSink::push`].
+    fn lend(&mut self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    /// In-place receipt: `bytes` were written, in order, right after the bytes landed before
+    /// them, into the lent buffer (or the transport's own). The default copies them with
+    /// [`PayloadSink::push`].
+    fn landed(&mut self, bytes: &[u8]) -> Result<(), ReceiveError> {
+        self.push(bytes)
+    }
+
+    /// In-place receipt: the lent buffer back, holding every byte that landed. Only called
+    /// when all of them did; the default drops it (the bytes were copied).
+    fn restore(&mut self, buf: Vec<u8>) {
+        drop(buf);
+    }
 }
 
 /// The verifying sink: destination buffer plus incremental keyed blake3.
@@ -70,6 +91,8 @@ pub struct BlockReceiver {
     hasher: StreamingId,
     /// Prefix of `buf` already fed to `hasher`; the rest is at most one batch.
     hashed: usize,
+    /// In-place receipt: bytes landed in the lent buffer (and hashed), until it is restored.
+    lent: Option<u64>,
 }
 
 impl BlockReceiver {
@@ -82,12 +105,13 @@ impl BlockReceiver {
             buf: Vec::new(),
             hasher: StreamingId::new(&namespace),
             hashed: 0,
+            lent: None,
         }
     }
 
     /// Bytes received so far.
     pub fn received(&self) -> u64 {
-        self.buf.len() as u64
+        self.lent.unwrap_or(self.buf.len() as u64)
     }
 
     fn hash_pending(&mut self, at_least: usize) {
@@ -121,7 +145,50 @@ impl PayloadSink for BlockReceiver {
         Ok(())
     }
 
+    /// Lends the destination buffer (capacity: the announced length) for bytes to be written
+    /// in place; they are hashed as they are reported [`PayloadSink::landed`], with no copy.
+    fn lend(&mut self) -> Vec<u8> {
+        self.lent = Some(self.buf.len() as u64);
+        self.hashed = 0;
+        std::mem::take(&mut self.buf)
+    }
+
+    fn landed(&mut self, bytes: &[u8]) -> Result<(), ReceiveError> {
+        let Some(landed) = self.lent else {
+            return self.push(bytes);
+        };
+        let found = landed + bytes.len() as u64;
+        if found > self.expected_len {
+            return Err(ReceiveError::Overrun {
+                expected: self.expected_len,
+                found,
+            });
+        }
+        self.hasher.update(bytes);
+        self.lent = Some(found);
+        Ok(())
+    }
+
+    /// Takes the buffer back; one that does not hold exactly the bytes that landed (and were
+    /// hashed) is dropped, so `finish` reports the receipt truncated.
+    fn restore(&mut self, buf: Vec<u8>) {
+        let Some(landed) = self.lent.take() else {
+            return;
+        };
+        if buf.len() as u64 == landed {
+            self.hashed = buf.len();
+            self.buf = buf;
+        }
+    }
+
     fn finish(mut self) -> Result<VerifiedBlock, ReceiveError> {
+        if self.lent.is_some() {
+            // Lent and never given back: whatever landed is not here to be a block.
+            return Err(ReceiveError::Truncated {
+                expected: self.expected_len,
+                found: 0,
+            });
+        }
         if self.received() != self.expected_len {
             return Err(ReceiveError::Truncated {
                 expected: self.expected_len,
@@ -202,6 +269,65 @@ mod tests {
         let (_, id, bytes) = block(5000);
         let err = receive(NamespaceKey::derive("other"), id, 5000, &[&bytes]).unwrap_err();
         assert!(matches!(err, ReceiveError::HashMismatch { .. }));
+    }
+
+    #[test]
+    fn bytes_landed_in_place_verify_without_a_copy_and_only_when_given_back_whole() {
+        let (ns, id, bytes) = block(3 * HASH_BATCH_BYTES + 5);
+        let mut r = BlockReceiver::new(ns, id);
+        r.begin(bytes.len() as u64);
+        let mut lent = r.lend();
+        assert!(lent.is_empty() && lent.capacity() >= bytes.len());
+        let ptr = lent.as_ptr();
+        for c in bytes.chunks(100_000) {
+            lent.extend_from_slice(c); // The transport's in-place write.
+            r.landed(c).expect("within the length");
+        }
+        assert_eq!(r.received(), bytes.len() as u64);
+        r.restore(lent);
+        let v = r.finish().expect("verifies");
+        assert_eq!(
+            (v.id(), v.bytes().as_ptr()),
+            (id, ptr),
+            "the lent buffer, not a copy"
+        );
+
+        // Never given back: truncated, whatever landed.
+        let mut r = BlockReceiver::new(ns, id);
+        r.begin(bytes.len() as u64);
+        let _kept = r.lend();
+        r.landed(&bytes).expect("within the length");
+        assert!(matches!(r.finish(), Err(ReceiveError::Truncated { .. })));
+
+        // Given back short of what landed: dropped, truncated.
+        let mut r = BlockReceiver::new(ns, id);
+        r.begin(bytes.len() as u64);
+        let mut lent = r.lend();
+        r.landed(&bytes).expect("within the length");
+        lent.extend_from_slice(&bytes[..10]);
+        r.restore(lent);
+        assert!(matches!(
+            r.finish(),
+            Err(ReceiveError::Truncated { found: 0, .. })
+        ));
+
+        // A lie lands in place: a mismatch.
+        let mut flipped = bytes.clone();
+        flipped[777] ^= 1;
+        let mut r = BlockReceiver::new(ns, id);
+        r.begin(bytes.len() as u64);
+        let mut lent = r.lend();
+        lent.extend_from_slice(&flipped);
+        r.landed(&flipped).expect("within the length");
+        assert_eq!(
+            r.landed(&[0]),
+            Err(ReceiveError::Overrun {
+                expected: bytes.len() as u64,
+                found: bytes.len() as u64 + 1
+            })
+        );
+        r.restore(lent);
+        assert!(matches!(r.finish(), Err(ReceiveError::HashMismatch { .. })));
     }
 
     #[test]

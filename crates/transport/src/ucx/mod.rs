@@ -52,11 +52,13 @@ mod context;
 mod endpoint;
 mod listener;
 mod mailbox;
+mod mapped;
 mod ops;
 mod progress;
 mod proto;
 pub mod raw;
 mod receipt;
+mod rma;
 mod server;
 mod worker;
 
@@ -68,10 +70,10 @@ use std::time::Duration;
 use kvfabric_store::{BlockId, NamespaceKey, VerifiedBlock};
 use tokio::sync::{oneshot, Semaphore};
 
-use crate::config::TransportConfig;
+use crate::config::{TransportConfig, UcxMode};
 use crate::counters::{CountersSnapshot, TransportCounters};
 use crate::error::TransportError;
-use crate::frame::FrameHeader;
+use crate::frame::{FrameHeader, FrameKind};
 use crate::peer::PeerAddr;
 use crate::receive::{BlockReceiver, PayloadSink};
 use crate::source::BlockSource;
@@ -197,10 +199,14 @@ impl UcxTransport {
             let _in_flight = InFlight(&inner.counters);
             let (reply, outcome) = oneshot::channel();
             let token = inner.next_token.fetch_add(1, Ordering::Relaxed);
+            let kind = match inner.config.ucx.mode {
+                UcxMode::Stream => FrameKind::Fetch,
+                UcxMode::Get => FrameKind::FetchRma,
+            };
             let command = Command::Fetch {
                 token,
                 peer: peer.clone(),
-                request: FrameHeader::fetch(namespace, id),
+                request: FrameHeader::request(kind, namespace, id),
                 receipt: Box::new(Typed::new(sink, reply)),
             };
             inner.mailbox.send(command)?;

@@ -20,6 +20,12 @@ pub(crate) trait Receipt: Send {
     fn begin(&mut self, length: u64);
     /// A chunk of payload, in order.
     fn push(&mut self, chunk: &[u8]) -> Result<(), ReceiveError>;
+    /// One-sided reads: the sink's destination buffer, lent ([`PayloadSink::lend`]).
+    fn lend(&mut self) -> Vec<u8>;
+    /// One-sided reads: bytes landed in place, in order ([`PayloadSink::landed`]).
+    fn landed(&mut self, bytes: &[u8]) -> Result<(), ReceiveError>;
+    /// One-sided reads: the lent buffer back, full ([`PayloadSink::restore`]).
+    fn restore(&mut self, buf: Vec<u8>);
     /// Every byte arrived: finish the sink (verify) and deliver the outcome. A hash mismatch is
     /// counted in `verify_failures`.
     fn finish(self: Box<Self>, peer: &PeerAddr, id: BlockId, counters: &TransportCounters);
@@ -73,6 +79,18 @@ impl<S: PayloadSink> Receipt for Typed<S> {
 
     fn push(&mut self, chunk: &[u8]) -> Result<(), ReceiveError> {
         self.sink.push(chunk)
+    }
+
+    fn lend(&mut self) -> Vec<u8> {
+        self.sink.lend()
+    }
+
+    fn landed(&mut self, bytes: &[u8]) -> Result<(), ReceiveError> {
+        self.sink.landed(bytes)
+    }
+
+    fn restore(&mut self, buf: Vec<u8>) {
+        self.sink.restore(buf)
     }
 
     fn finish(self: Box<Self>, peer: &PeerAddr, id: BlockId, counters: &TransportCounters) {
