@@ -93,20 +93,7 @@ impl TransportCounters {
         handshakes_refused,
         blocks_served,
         not_found_served,
-        leases_refused,
-        leases_expired,
     );
-
-    /// A block was mapped and leased.
-    pub(crate) fn lease_granted(&self) {
-        self.leases_granted.fetch_add(1, Ordering::Relaxed);
-        self.leases_held.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A lease ended (released, expired, or its connection closed).
-    pub(crate) fn lease_ended(&self) {
-        self.leases_held.fetch_sub(1, Ordering::Relaxed);
-    }
 
     /// Adds received bytes.
     pub(crate) fn add_bytes_in(&self, n: u64) {
@@ -153,6 +140,23 @@ impl TransportCounters {
             leases_expired: g(&self.leases_expired),
             leases_held: g(&self.leases_held),
         }
+    }
+}
+
+/// Leases of the UCX transport's get mode (server side).
+#[cfg_attr(not(feature = "ucx"), allow(dead_code))]
+impl TransportCounters {
+    bump!(leases_refused, leases_expired);
+
+    /// A block was mapped and leased.
+    pub(crate) fn lease_granted(&self) {
+        self.leases_granted.fetch_add(1, Ordering::Relaxed);
+        self.leases_held.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A lease ended (released, expired, or its connection closed).
+    pub(crate) fn lease_ended(&self) {
+        self.leases_held.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -25,6 +25,8 @@ mod cpu;
 mod opts;
 mod phases;
 mod server;
+#[cfg(feature = "ucx")]
+mod ucx;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -58,7 +60,7 @@ pub fn run(args: &[String], server_args: &[&str]) -> anyhow::Result<()> {
     opts.tuned().validate()?;
     let dir = tempfile::tempdir()?;
     generate_cluster(dir.path(), 2)?;
-    let (mut child, ids, [quic_tuned, quic_stock, tcp_addr, ucx_addr]) =
+    let (mut child, ids, [quic_tuned, quic_stock, tcp_addr, ucx_addr, ucx_shm_addr]) =
         spawn_server(dir.path(), &opts, server_args)?;
     let result = runtime(opts.workers).and_then(|rt| {
         rt.block_on(client::bench(
@@ -66,7 +68,13 @@ pub fn run(args: &[String], server_args: &[&str]) -> anyhow::Result<()> {
             dir.path(),
             child.id(),
             &ids,
-            [&quic_tuned, &quic_stock, &tcp_addr, &ucx_addr],
+            [
+                &quic_tuned,
+                &quic_stock,
+                &tcp_addr,
+                &ucx_addr,
+                &ucx_shm_addr,
+            ],
         ))
     });
     drop(child.stdin.take());
@@ -75,12 +83,12 @@ pub fn run(args: &[String], server_args: &[&str]) -> anyhow::Result<()> {
 }
 
 /// Starts the server process and reads its block ids and addresses (QUIC tuned, QUIC stock,
-/// TCP, UCX or `-`).
+/// TCP, UCX over `--ucx-tls` and UCX over `--ucx-shm-tls` with staged leases, or `-`).
 fn spawn_server(
     dir: &Path,
     opts: &Opts,
     server_args: &[&str],
-) -> anyhow::Result<(Child, Vec<BlockId>, [String; 4])> {
+) -> anyhow::Result<(Child, Vec<BlockId>, [String; 5])> {
     let mut child = Command::new(std::env::current_exe()?)
         .args(server_args)
         .arg("--serve")
@@ -97,8 +105,8 @@ fn spawn_server(
         let parts: Vec<&str> = line.split_whitespace().collect();
         match parts.as_slice() {
             ["id", hex] => ids.push(BlockId::from_hex(hex)?),
-            ["ready", a, b, c, d] => {
-                let addrs = [a, b, c, d].map(|s| s.to_string());
+            ["ready", a, b, c, d, e] => {
+                let addrs = [a, b, c, d, e].map(|s| s.to_string());
                 return Ok((child, ids, addrs));
             }
             _ => bail!("unexpected line from the server: {line}"),
