@@ -3,6 +3,12 @@
 //! destination buffer, lent), and [`RmaRead`], which posts `ucp_get_nbx` chunk by chunk,
 //! `recv_chunks_posted` ahead, and hands each chunk to the receipt in order as it lands.
 //!
+//! Where UCX can map the leased memory into this process (`ucp_rkey_ptr`: a staged lease in
+//! UCX shared memory on the same host), the read is a plain copy instead, chunk by chunk from
+//! the mapping into the landing buffer, each chunk hashed right after it is copied (in cache):
+//! the same single copy by the reader that a get would make, without UCX's per-fragment
+//! bookkeeping (measured: see the crate docs).
+//!
 //! Ownership, the rule of `ops`: every get's context holds an `Arc` of the landing buffer and
 //! of the rkey ([`Keep::Get`]); UCX hands the context back through `on_got` (completed or
 //! cancelled by a force-close), and only the event handler drops it. So a read abandoned
@@ -18,6 +24,7 @@ use std::sync::Arc;
 use ucx_sys::{
     ucp_ep_rkey_unpack, ucp_get_nbx, ucp_op_attr_t_UCP_OP_ATTR_FIELD_CALLBACK,
     ucp_op_attr_t_UCP_OP_ATTR_FIELD_USER_DATA, ucp_request_param_t, ucp_rkey_destroy, ucp_rkey_h,
+    ucp_rkey_ptr, ucs_status_t,
 };
 
 use crate::error::TransportError;
@@ -48,6 +55,15 @@ impl Rkey {
             ucp_ep_rkey_unpack(ep.handle(), packed.as_ptr().cast(), &mut rkey)
         })?;
         Ok(Rkey(rkey))
+    }
+
+    /// Where `remote_addr` is mapped in this process, if UCX can map it (`ucp_rkey_ptr`:
+    /// shared-memory transports); `None` otherwise (reads then go through gets).
+    fn local_ptr(&self, remote_addr: u64) -> Option<*const u8> {
+        let mut ptr: *mut std::ffi::c_void = ptr::null_mut();
+        // SAFETY: a live rkey; `ptr` receives an address (only on UCS_OK).
+        let status = unsafe { ucp_rkey_ptr(self.0, remote_addr, &mut ptr) };
+        (status == ucs_status_t::UCS_OK && !ptr.is_null()).then_some(ptr.cast_const().cast())
     }
 }
 
@@ -131,6 +147,8 @@ pub(crate) struct RmaRead {
     done: BTreeSet<u64>,
     /// Next chunk to hand on, in order.
     next_hand: u64,
+    /// The leased block mapped into this process, when UCX can map it (then no gets).
+    direct: Option<*const u8>,
 }
 
 impl RmaRead {
@@ -143,6 +161,7 @@ impl RmaRead {
         chunk: usize,
     ) -> Result<RmaRead, TransportError> {
         let rkey = Arc::new(Rkey::unpack(ep, &lease.rkey)?);
+        let direct = rkey.local_ptr(lease.remote_addr);
         let chunk = chunk.max(1) as u64;
         Ok(RmaRead {
             landing: Landing::new(buf, lease.block_len as usize),
@@ -155,7 +174,40 @@ impl RmaRead {
             in_flight: 0,
             done: BTreeSet::new(),
             next_hand: 0,
+            direct,
         })
+    }
+
+    /// Whether the block is mapped here ([`RmaRead::copy_direct`] reads it, no gets).
+    pub(crate) fn is_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// Reads the whole block from its local mapping: each chunk copied into the landing
+    /// buffer, then handed to `hand` (in order, while in cache). Stops at `hand`'s first error.
+    /// Does nothing unless [`RmaRead::is_direct`].
+    pub(crate) fn copy_direct<E>(
+        &mut self,
+        mut hand: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let Some(src) = self.direct else {
+            return Ok(());
+        };
+        while self.next_hand < self.chunks {
+            let (start, end) = self.range(self.next_hand);
+            // SAFETY: `src` maps the leased block's `len` bytes (UCX keeps the mapping while the
+            // rkey lives, which this read holds); the landing buffer has room for `len` bytes
+            // and no get writes into it (none is posted on a direct read). The server may
+            // rewrite its side (a lease ended early): then the bytes fail verification.
+            unsafe {
+                ptr::copy_nonoverlapping(src.add(start), self.landing.base.add(start), end - start)
+            };
+            self.next_post = self.next_hand + 1;
+            self.next_hand += 1;
+            // SAFETY: just written, and nothing else writes it.
+            hand(unsafe { self.landing.landed(start, end) })?;
+        }
+        Ok(())
     }
 
     /// Bytes landed and handed on so far (for error messages).
@@ -173,9 +225,11 @@ impl RmaRead {
         (start as usize, (start + self.chunk).min(self.len) as usize)
     }
 
-    /// Keeps up to `ahead` gets posted. Completions (even immediate ones) arrive as events.
+    /// Keeps up to `ahead` gets posted (none on a direct read). Completions (even immediate
+    /// ones) arrive as events.
     pub(crate) fn post(&mut self, ep: &Endpoint, ahead: usize) {
-        while self.in_flight < ahead && self.next_post < self.chunks {
+        while self.direct.is_none()
+            && self.in_flight < ahead && self.next_post < self.chunks {
             let n = self.next_post;
             self.next_post += 1;
             self.in_flight += 1;

@@ -73,10 +73,24 @@ impl Clients {
         };
         front.receipt.begin(lease.block_len);
         let dest = front.receipt.lend();
+        let asked = front.request.id;
         let chunk = self.config.ucx.recv_chunk_bytes;
         let started = read_endpoint(worker, id, conn, &lease.worker_address)
             .and_then(|ep| RmaRead::start(ep, &lease, dest, chunk));
         match started {
+            Ok(mut read) if read.is_direct() => {
+                let Some(front) = conn.awaiting.front_mut() else {
+                    return self.end(id, Ending::Violation);
+                };
+                let copied = read.copy_direct(|bytes| front.receipt.landed(bytes));
+                self.counters.add_bytes_in(read.landed_bytes());
+                conn.phase = Phase::Reading(read);
+                if let Err(e) = copied {
+                    let error = receive_error(&conn.peer, asked, e);
+                    return self.fail_front_and_end(id, error);
+                }
+                self.read_done(id);
+            }
             Ok(mut read) => {
                 if let Some(ep) = &conn.read_ep {
                     read.post(ep, self.config.ucx.recv_chunks_posted);
@@ -116,6 +130,18 @@ impl Clients {
             }
             return;
         }
+        self.read_done(op.conn);
+    }
+
+    /// The oldest fetch's block was read whole: release the lease, hand the buffer back to
+    /// the receipt, verify and deliver.
+    fn read_done(&mut self, id: ConnId) {
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let (Phase::Reading(_), Some(front)) = (&conn.phase, conn.awaiting.front_mut()) else {
+            return self.end(id, Ending::Violation);
+        };
         let release = FrameHeader::request(
             FrameKind::Release,
             front.request.namespace,
@@ -130,6 +156,6 @@ impl Clients {
                 front.receipt.restore(buf);
             }
         }
-        self.complete_front(op.conn);
+        self.complete_front(id);
     }
 }
