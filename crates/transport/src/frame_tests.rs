@@ -62,7 +62,10 @@ fn the_existing_codes_never_move() {
     b[6] = 8;
     let err = FrameHeader::decode(&b, 0).unwrap_err();
     assert_eq!(err, FrameError::UnknownKind { found: 8 });
-    assert_eq!(err.to_string(), "unknown frame kind: expected 1..=7, found 8");
+    assert_eq!(
+        err.to_string(),
+        "unknown frame kind: expected 1..=7, found 8"
+    );
 }
 
 #[test]
@@ -72,7 +75,11 @@ fn lease_lengths_are_bounded_by_the_descriptor_size() {
         let h = header(FrameKind::Lease, len as u64);
         assert_eq!(FrameHeader::decode(&h.encode(), u64::MAX), Ok(h));
     }
-    for len in [0, LEASE_DESCRIPTOR_BYTES_MIN - 1, LEASE_DESCRIPTOR_BYTES_MAX + 1] {
+    for len in [
+        0,
+        LEASE_DESCRIPTOR_BYTES_MIN - 1,
+        LEASE_DESCRIPTOR_BYTES_MAX + 1,
+    ] {
         let b = header(FrameKind::Lease, len as u64).encode();
         assert_eq!(
             FrameHeader::decode(&b, u64::MAX),
@@ -102,11 +109,17 @@ fn each_request_kind_accepts_only_its_answers() {
     assert_eq!(decode_response(&lease.encode(), &rma, 100), Ok(lease));
     assert!(matches!(
         decode_response(&lease.encode(), &fetch, 100),
-        Err(FrameError::UnexpectedKind { found: FrameKind::Lease, .. })
+        Err(FrameError::UnexpectedKind {
+            found: FrameKind::Lease,
+            ..
+        })
     ));
     assert!(matches!(
         decode_response(&block.encode(), &rma, 100),
-        Err(FrameError::UnexpectedKind { found: FrameKind::Block, .. })
+        Err(FrameError::UnexpectedKind {
+            found: FrameKind::Block,
+            ..
+        })
     ));
     for answer in [FrameKind::NotFound, FrameKind::Unavailable] {
         let h = header(answer, 0);
@@ -120,7 +133,10 @@ fn each_request_kind_accepts_only_its_answers() {
     }
     assert!(matches!(
         decode_request(&lease.encode()),
-        Err(FrameError::UnexpectedKind { found: FrameKind::Lease, .. })
+        Err(FrameError::UnexpectedKind {
+            found: FrameKind::Lease,
+            ..
+        })
     ));
 }
 

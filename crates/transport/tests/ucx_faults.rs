@@ -18,9 +18,9 @@ use kvfabric_store::{BlockId, NamespaceKey, VerifiedBlock};
 use kvfabric_transport::conformance::sources::{test_block, FlippingSource};
 use kvfabric_transport::conformance::{eventually, suite_config};
 use kvfabric_transport::frame::{FrameHeader, FrameKind, FRAME_HEADER_LEN};
+use kvfabric_transport::lease::{LeaseDescriptor, LEASE_DESCRIPTOR_BYTES_MAX};
 use kvfabric_transport::source::SourceFuture;
 use kvfabric_transport::ucx::raw::{RawClient, RawReply, RawServer};
-use kvfabric_transport::lease::{LeaseDescriptor, LEASE_DESCRIPTOR_BYTES_MAX};
 use kvfabric_transport::{
     BlockSource, FrameError, MemorySource, SourceLookup, Transport, TransportConfig,
     TransportError, UcxMode, UcxTransport,
@@ -191,7 +191,10 @@ async fn a_peer_dying_mid_transfer_fails_the_fetch_promptly_and_nothing_is_insta
     assert_eq!(counters.fetches_in_flight, 0);
 }
 
-in_both_modes!(after_a_peer_dies_the_next_owner_serves, next_owner_after_death);
+in_both_modes!(
+    after_a_peer_dies_the_next_owner_serves,
+    next_owner_after_death
+);
 
 async fn next_owner_after_death(mode: UcxMode) {
     let block = test_block(ns(), 1 << 20, 9);
@@ -242,7 +245,8 @@ async fn broken_requests(mode: UcxMode) {
         ..FrameHeader::fetch(ns(), block.id())
     }
     .encode();
-    let mut release_with_length = FrameHeader::request(FrameKind::Release, ns(), block.id()).encode();
+    let mut release_with_length =
+        FrameHeader::request(FrameKind::Release, ns(), block.id()).encode();
     release_with_length[71] = 8;
     let cases: Vec<(&str, Vec<u8>)> = vec![
         (
@@ -281,10 +285,13 @@ async fn broken_requests(mode: UcxMode) {
             .expect(name);
         assert_eq!(got.bytes(), block.bytes());
     }
-    eventually("the server counts the closed endpoints and the blocks served", || {
-        let s = server.counters();
-        s.connections_closed >= n && s.blocks_served > n
-    })
+    eventually(
+        "the server counts the closed endpoints and the blocks served",
+        || {
+            let s = server.counters();
+            s.connections_closed >= n && s.blocks_served > n
+        },
+    )
     .await;
     assert_eq!(
         good.counters().connections_opened,
@@ -534,7 +541,10 @@ async fn a_server_dying_mid_read_fails_the_get_promptly_and_nothing_is_installed
     let started = Instant::now();
     while c.counters().bytes_in < 1 << 20 {
         assert!(started.elapsed() < PROMPT, "the read never got going");
-        assert!(!fetch.is_finished(), "the read finished before the server died");
+        assert!(
+            !fetch.is_finished(),
+            "the read finished before the server died"
+        );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let killed = Instant::now();
@@ -549,7 +559,10 @@ async fn a_server_dying_mid_read_fails_the_get_promptly_and_nothing_is_installed
     }
     assert!(took < PROMPT, "took {took:?} after the server died");
     let counters = c.counters();
-    assert_eq!(counters.fetches_ok, 0, "nothing partial comes out as a block");
+    assert_eq!(
+        counters.fetches_ok, 0,
+        "nothing partial comes out as a block"
+    );
     assert_eq!((counters.timeouts, counters.fetches_in_flight), (0, 0));
     assert!(counters.bytes_in < block.bytes().len() as u64);
 }
@@ -587,7 +600,15 @@ async fn broken_leases_are_refused_counted_and_close_the_connection() {
                 .to_vec(),
                 then_close: false,
             },
-            |e| matches!(e, FrameError::UnexpectedKind { found: FrameKind::Block, .. }),
+            |e| {
+                matches!(
+                    e,
+                    FrameError::UnexpectedKind {
+                        found: FrameKind::Block,
+                        ..
+                    }
+                )
+            },
         ),
         (
             "an oversized descriptor",

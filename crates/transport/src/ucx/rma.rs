@@ -75,6 +75,37 @@ impl Drop for Rkey {
     }
 }
 
+/// Most rkeys a connection keeps unpacked (then it starts over).
+const RKEYS_CACHED_MAX: usize = 64;
+
+/// The rkeys one read endpoint has unpacked, by their packed bytes. A staging server leases
+/// the same few regions again and again with the same rkey; keeping it unpacked keeps UCX's
+/// attachment of that shared memory, whose pages would otherwise fault in afresh for every
+/// block (measured: most of the client's CPU on a shared-memory read).
+#[derive(Default)]
+pub(crate) struct Rkeys {
+    unpacked: std::collections::HashMap<Vec<u8>, Arc<Rkey>>,
+}
+
+impl Rkeys {
+    /// The rkey packed as `packed`, unpacked for `ep` if it is not yet.
+    pub(crate) fn get(
+        &mut self,
+        ep: &Endpoint,
+        packed: &[u8],
+    ) -> Result<Arc<Rkey>, TransportError> {
+        if let Some(rkey) = self.unpacked.get(packed) {
+            return Ok(rkey.clone());
+        }
+        if self.unpacked.len() >= RKEYS_CACHED_MAX {
+            self.unpacked.clear();
+        }
+        let rkey = Arc::new(Rkey::unpack(ep, packed)?);
+        self.unpacked.insert(packed.to_vec(), rkey.clone());
+        Ok(rkey)
+    }
+}
+
 /// The buffer one block is read into: allocated (not initialised) to the block's length; gets
 /// write disjoint chunks of it through a raw pointer, completed chunks are read in place.
 pub(crate) struct Landing {
@@ -152,15 +183,14 @@ pub(crate) struct RmaRead {
 }
 
 impl RmaRead {
-    /// A read of `lease` through `ep` into `buf` (a destination lent by the receipt, or an
-    /// empty Vec), in gets of `chunk` bytes.
+    /// A read of `lease` with `rkey` (unpacked from it) into `buf` (a destination lent by the
+    /// receipt, or an empty Vec), in gets of `chunk` bytes.
     pub(crate) fn start(
-        ep: &Endpoint,
+        rkey: Arc<Rkey>,
         lease: &LeaseDescriptor,
         buf: Vec<u8>,
         chunk: usize,
     ) -> Result<RmaRead, TransportError> {
-        let rkey = Arc::new(Rkey::unpack(ep, &lease.rkey)?);
         let direct = rkey.local_ptr(lease.remote_addr);
         let chunk = chunk.max(1) as u64;
         Ok(RmaRead {
@@ -228,8 +258,7 @@ impl RmaRead {
     /// Keeps up to `ahead` gets posted (none on a direct read). Completions (even immediate
     /// ones) arrive as events.
     pub(crate) fn post(&mut self, ep: &Endpoint, ahead: usize) {
-        while self.direct.is_none()
-            && self.in_flight < ahead && self.next_post < self.chunks {
+        while self.direct.is_none() && self.in_flight < ahead && self.next_post < self.chunks {
             let n = self.next_post;
             self.next_post += 1;
             self.in_flight += 1;

@@ -35,7 +35,7 @@ use crate::ucx::endpoint::Endpoint;
 use crate::ucx::ops::Keep;
 use crate::ucx::proto::PayloadPlan;
 use crate::ucx::receipt::Receipt;
-use crate::ucx::rma::RmaRead;
+use crate::ucx::rma::{Rkeys, RmaRead};
 use crate::ucx::worker::{ConnId, ConnIds, OpId, OpKind, Worker};
 
 mod read;
@@ -80,6 +80,8 @@ struct Conn {
     /// Get mode: the endpoint to the server's worker that leased blocks are read through
     /// (made from the first lease's worker address; same `ConnId`, closed with `ep`).
     read_ep: Option<Endpoint>,
+    /// The rkeys unpacked on `read_ep` (dropped with it: declared after it).
+    rkeys: Rkeys,
 }
 
 /// A connection's payload receive buffers, reused from block to block.
@@ -211,6 +213,7 @@ impl Clients {
                 header_buf: None,
                 chunks: Chunks::default(),
                 read_ep: None,
+                rkeys: Rkeys::default(),
             },
         );
         self.pool.insert(peer.clone(), id);

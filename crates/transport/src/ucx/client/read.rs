@@ -23,18 +23,18 @@ pub(super) fn post_descriptor(conn: &mut Conn, length: u64) {
     conn.phase = Phase::Descriptor;
 }
 
-/// The connection's read endpoint, made from `address` on its first lease. A server has one
+/// Makes the connection's read endpoint from `address` on its first lease. A server has one
 /// worker, so later leases name the same address; the endpoint made first is kept.
-fn read_endpoint<'c>(
+fn read_endpoint(
     worker: &Worker,
     id: ConnId,
-    conn: &'c mut Conn,
+    conn: &mut Conn,
     address: &[u8],
-) -> Result<&'c Endpoint, TransportError> {
+) -> Result<(), TransportError> {
     if conn.read_ep.is_none() {
         conn.read_ep = Some(Endpoint::to_worker(worker, id, address)?);
     }
-    conn.read_ep.as_ref().ok_or(TransportError::Closed)
+    Ok(())
 }
 
 impl Clients {
@@ -76,7 +76,11 @@ impl Clients {
         let asked = front.request.id;
         let chunk = self.config.ucx.recv_chunk_bytes;
         let started = read_endpoint(worker, id, conn, &lease.worker_address)
-            .and_then(|ep| RmaRead::start(ep, &lease, dest, chunk));
+            .and_then(|()| match &conn.read_ep {
+                Some(ep) => conn.rkeys.get(ep, &lease.rkey),
+                None => Err(TransportError::Closed),
+            })
+            .and_then(|rkey| RmaRead::start(rkey, &lease, dest, chunk));
         match started {
             Ok(mut read) if read.is_direct() => {
                 let Some(front) = conn.awaiting.front_mut() else {
