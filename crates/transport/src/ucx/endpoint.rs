@@ -60,18 +60,20 @@ impl Endpoint {
             queue: worker.queue(),
             conn,
         });
-        params.field_mask |= (ucp_ep_params_field_UCP_EP_PARAM_FIELD_ERR_HANDLER
-            | ucp_ep_params_field_UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE)
-            as u64;
-        params.err_mode = if peer_errors {
-            ucp_err_handling_mode_t_UCP_ERR_HANDLING_MODE_PEER
+        params.field_mask |= ucp_ep_params_field_UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE as u64;
+        if peer_errors {
+            params.field_mask |= ucp_ep_params_field_UCP_EP_PARAM_FIELD_ERR_HANDLER as u64;
+            params.err_mode = ucp_err_handling_mode_t_UCP_ERR_HANDLING_MODE_PEER;
+            params.err_handler = ucp_err_handler_t {
+                cb: Some(on_failed),
+                arg: (&*ctx as *const EpCtx).cast_mut().cast(),
+            };
         } else {
-            ucp_err_handling_mode_t_UCP_ERR_HANDLING_MODE_NONE
-        };
-        params.err_handler = ucp_err_handler_t {
-            cb: Some(on_failed),
-            arg: (&*ctx as *const EpCtx).cast_mut().cast(),
-        };
+            // No handler either: seen with UCX 1.13, a read endpoint (no peer error handling)
+            // whose peer died had its handler called after its close had completed, with the
+            // context already freed. Its failures show on the stream endpoint instead.
+            params.err_mode = ucp_err_handling_mode_t_UCP_ERR_HANDLING_MODE_NONE;
+        }
         let mut handle: ucp_ep_h = ptr::null_mut();
         // SAFETY: the worker is live and ours; params (and the sockaddr or connection request
         // they point at) are valid for the call; the error context is boxed and kept until
