@@ -7,7 +7,7 @@
 mod ucx_support;
 
 use kvfabric_transport::UcxMode;
-use ucx_support::{Fabric, UcxFactory, SHARED_MEMORY, TCP};
+use ucx_support::{Fabric, UcxFactory, SHARED_MEMORY, SHARED_MEMORY_COPY_THREAD, TCP};
 
 async fn suite(mode: UcxMode, fabric: Fabric) {
     kvfabric_transport::conformance::run(&UcxFactory { mode, fabric }).await;
@@ -26,4 +26,9 @@ async fn ucx_get_mode_over_tcp_passes_the_conformance_suite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ucx_get_mode_over_shared_memory_passes_the_conformance_suite() {
     suite(UcxMode::Get, SHARED_MEMORY).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ucx_get_mode_over_shared_memory_with_a_copy_thread_passes_the_conformance_suite() {
+    suite(UcxMode::Get, SHARED_MEMORY_COPY_THREAD).await;
 }

@@ -107,6 +107,10 @@ impl Opts {
                         o.ucx.settings.push((name.to_string(), val.to_string()));
                     }
                 }
+                "--ucx-copy-thread" => {
+                    o.ucx.copy_thread = true;
+                    o.raw.push(a.clone());
+                }
                 "--skip-stock" => {
                     o.skip_stock = true;
                     o.raw.push(a.clone());

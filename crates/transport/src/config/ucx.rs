@@ -84,6 +84,11 @@ pub struct UcxTuning {
     /// reads other memory through emulation (over `tcp`). Off on RDMA fabrics (`rc`), where
     /// the NIC reads the mapped block in place with no copy at all.
     pub stage_leases: bool,
+    /// Client side of get mode, where UCX maps a leased block into this process (staged
+    /// leases on one host): copy it on a helper thread, chunk by chunk, while the progress
+    /// thread hashes the chunks already copied, instead of copying and hashing in turn on the
+    /// progress thread.
+    pub copy_thread: bool,
 }
 
 impl Default for UcxTuning {
@@ -97,6 +102,7 @@ impl Default for UcxTuning {
             mode: UcxMode::Stream,
             leases_per_connection_max: 32,
             stage_leases: false,
+            copy_thread: false,
         }
     }
 }

@@ -19,6 +19,7 @@
 use std::cell::UnsafeCell;
 use std::collections::BTreeSet;
 use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ucx_sys::{
@@ -162,6 +163,36 @@ impl Landing {
     }
 }
 
+/// A direct read's copies: from the leased block mapped here into the landing buffer.
+struct CopyJob {
+    src: *const u8,
+    dst: *mut u8,
+    len: u64,
+    chunk: u64,
+}
+
+// SAFETY: shared with the scoped copier thread for one direct read; both buffers outlive the
+// scope (the read holds the rkey, whose mapping `src` is, and the landing buffer), and the
+// copier writes only chunks the other thread does not read until published.
+unsafe impl Sync for CopyJob {}
+
+impl CopyJob {
+    /// Copies chunk `n`; its byte range.
+    ///
+    /// # Safety
+    ///
+    /// `src` maps `len` readable bytes and `dst` has room for `len`, both alive for the call;
+    /// nobody else writes or reads chunk `n` of `dst` meanwhile. The server may rewrite its
+    /// side (a lease ended early): then the bytes fail verification.
+    unsafe fn copy(&self, n: u64) -> (usize, usize) {
+        let start = n * self.chunk;
+        let (start, end) = (start as usize, (start + self.chunk).min(self.len) as usize);
+        // SAFETY: in bounds of both buffers, per the caller's promise.
+        unsafe { ptr::copy_nonoverlapping(self.src.add(start), self.dst.add(start), end - start) };
+        (start, end)
+    }
+}
+
 /// The one-sided read of one leased block, chunk by chunk.
 pub(crate) struct RmaRead {
     landing: Arc<Landing>,
@@ -214,30 +245,82 @@ impl RmaRead {
     }
 
     /// Reads the whole block from its local mapping: each chunk copied into the landing
-    /// buffer, then handed to `hand` (in order, while in cache). Stops at `hand`'s first error.
-    /// Does nothing unless [`RmaRead::is_direct`].
+    /// buffer, then handed to `hand` (in order, while in cache). With `copy_thread`, a helper
+    /// thread copies ahead while this thread hands chunks on as they are copied (hashing
+    /// chunk k while chunk k+1 is copied). Stops at `hand`'s first error. Does nothing unless
+    /// [`RmaRead::is_direct`].
     pub(crate) fn copy_direct<E>(
         &mut self,
+        copy_thread: bool,
         mut hand: impl FnMut(&[u8]) -> Result<(), E>,
     ) -> Result<(), E> {
         let Some(src) = self.direct else {
             return Ok(());
         };
-        while self.next_hand < self.chunks {
-            let (start, end) = self.range(self.next_hand);
-            // SAFETY: `src` maps the leased block's `len` bytes (UCX keeps the mapping while the
-            // rkey lives, which this read holds); the landing buffer has room for `len` bytes
-            // and no get writes into it (none is posted on a direct read). The server may
-            // rewrite its side (a lease ended early): then the bytes fail verification.
-            unsafe {
-                ptr::copy_nonoverlapping(src.add(start), self.landing.base.add(start), end - start)
-            };
-            self.next_post = self.next_hand + 1;
-            self.next_hand += 1;
-            // SAFETY: just written, and nothing else writes it.
-            hand(unsafe { self.landing.landed(start, end) })?;
+        let job = CopyJob {
+            src,
+            dst: self.landing.base,
+            len: self.len,
+            chunk: self.chunk,
+        };
+        self.next_post = self.chunks;
+        if !copy_thread || self.chunks < 2 {
+            while self.next_hand < self.chunks {
+                // SAFETY: see `CopyJob::copy`; chunk `next_hand` is copied once.
+                let (start, end) = unsafe { job.copy(self.next_hand) };
+                self.next_hand += 1;
+                // SAFETY: just written, and nothing else writes it.
+                hand(unsafe { self.landing.landed(start, end) })?;
+            }
+            return Ok(());
         }
-        Ok(())
+        let copied = AtomicU64::new(0);
+        let stop = AtomicBool::new(false);
+        let chunks = self.chunks;
+        std::thread::scope(|scope| {
+            let (job, copied, stop) = (&job, &copied, &stop);
+            let copier = std::thread::Builder::new()
+                .name("ucx-read-copy".into())
+                .spawn_scoped(scope, move || {
+                    for n in 0..chunks {
+                        if stop.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        // SAFETY: see `CopyJob::copy`; each chunk is copied once, here.
+                        unsafe { job.copy(n) };
+                        copied.store(n + 1, Ordering::Release);
+                    }
+                });
+            if copier.is_err() {
+                // No thread: copy here, as without `copy_thread`.
+                copied.store(0, Ordering::Relaxed);
+                for n in 0..chunks {
+                    // SAFETY: see `CopyJob::copy`; the copier never started.
+                    unsafe { job.copy(n) };
+                }
+                copied.store(chunks, Ordering::Release);
+            }
+            while self.next_hand < chunks {
+                let mut spins = 0u32;
+                while copied.load(Ordering::Acquire) <= self.next_hand {
+                    spins += 1;
+                    if spins < 1_000 {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+                let (start, end) = self.range(self.next_hand);
+                self.next_hand += 1;
+                // SAFETY: the copier published this chunk (Release/Acquire) and never touches
+                // it again; other chunks it writes are disjoint.
+                if let Err(e) = hand(unsafe { self.landing.landed(start, end) }) {
+                    stop.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+            Ok(())
+        })
     }
 
     /// Bytes landed and handed on so far (for error messages).

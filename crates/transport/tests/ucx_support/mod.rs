@@ -19,6 +19,8 @@ pub struct Fabric {
     pub tls: &'static str,
     /// `ucx.stage_leases`.
     pub stage_leases: bool,
+    /// `ucx.copy_thread`.
+    pub copy_thread: bool,
 }
 
 /// UCX over TCP, what CI runs: `tls = "tcp"`; gets are emulated over it, blocks leased in
@@ -26,6 +28,7 @@ pub struct Fabric {
 pub const TCP: Fabric = Fabric {
     tls: "tcp",
     stage_leases: false,
+    copy_thread: false,
 };
 /// UCX's shared-memory transports on one host (`sm`; TCP is needed to set up client-server
 /// connections): leased blocks are staged into UCX shared memory, and a get is a copy out of
@@ -33,6 +36,12 @@ pub const TCP: Fabric = Fabric {
 pub const SHARED_MEMORY: Fabric = Fabric {
     tls: "sm,tcp",
     stage_leases: true,
+    copy_thread: false,
+};
+/// [`SHARED_MEMORY`], the client copying on a helper thread while its progress thread hashes.
+pub const SHARED_MEMORY_COPY_THREAD: Fabric = Fabric {
+    copy_thread: true,
+    ..SHARED_MEMORY
 };
 
 static NEXT: AtomicU32 = AtomicU32::new(1);
@@ -46,6 +55,7 @@ pub fn in_mode(mode: UcxMode, fabric: Fabric, mut config: TransportConfig) -> Tr
     config.ucx.mode = mode;
     config.ucx.tls = fabric.tls.to_string();
     config.ucx.stage_leases = fabric.stage_leases;
+    config.ucx.copy_thread = fabric.copy_thread;
     config
 }
 

@@ -86,7 +86,8 @@ impl Clients {
                 let Some(front) = conn.awaiting.front_mut() else {
                     return self.end(id, Ending::Violation);
                 };
-                let copied = read.copy_direct(|bytes| front.receipt.landed(bytes));
+                let copy_thread = self.config.ucx.copy_thread;
+                let copied = read.copy_direct(copy_thread, |bytes| front.receipt.landed(bytes));
                 self.counters.add_bytes_in(read.landed_bytes());
                 conn.phase = Phase::Reading(read);
                 if let Err(e) = copied {
