@@ -47,13 +47,14 @@ pub struct CountersSnapshot {
     pub connections_closed: u64,
     /// Handshakes refused by TLS (a certificate not signed by the cluster CA, a wrong name).
     pub handshakes_refused: u64,
-    /// Blocks this side served.
+    /// Blocks this side served (UCX get mode: leases answered).
     pub blocks_served: u64,
     /// Requests this side answered with not-found or unavailable.
     pub not_found_served: u64,
     /// Block bytes received (headers and payload, before verification).
     pub bytes_in: u64,
-    /// Block bytes sent.
+    /// Block bytes sent (UCX get mode: a leased block's bytes, counted when the client
+    /// releases the lease, having read them).
     pub bytes_out: u64,
     /// Fetches holding a slot now.
     pub fetches_in_flight: u64,

@@ -7,7 +7,9 @@
 //! once is reported the same way, by [`settle`] pushing its event directly. So a fetch that
 //! times out, or an endpoint closed with receives still posted, can never leave UCX writing
 //! into freed memory: the buffers live until UCX says it is done with them (force-closing an
-//! endpoint cancels its requests, which calls their callbacks). An endpoint's error-handler
+//! endpoint cancels its requests, which calls their callbacks). A one-sided read (`rma`) is the
+//! same: each get's context holds the block's landing buffer and the rkey ([`Keep::Get`]) and
+//! hands them back in [`Event::Got`]. An endpoint's error-handler
 //! context ([`EpCtx`]) likewise lives until the endpoint's close completes: the close
 //! operation owns it.
 
