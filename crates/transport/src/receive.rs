@@ -7,6 +7,9 @@
 //! other ending (short, long, mismatch) yields an error and the buffer is dropped, so nothing
 //! partial can be installed.
 
+use std::convert::Infallible;
+
+use kvfabric_store::hash_parallel::{fill_and_verify_two_threads, Fill, Filled};
 use kvfabric_store::{BlockId, NamespaceKey, StreamingId, VerifiedBlock};
 
 /// Bytes hashed at a time: copied bytes wait until this many are pending, then are hashed in
@@ -80,6 +83,20 @@ pub trait PayloadSink: Send {
     fn restore(&mut self, buf: Vec<u8>) {
         drop(buf);
     }
+
+    /// In-place receipt of the whole block at once (a one-sided read of a block mapped into
+    /// this process), after `begin` and instead of `lend`: the sink has `fill(piece, offset)`
+    /// write every piece of its destination, in any order and from more than one thread,
+    /// and checks the result. `true` if it did (then only `finish` follows); `false` if it
+    /// does not take the block this way, with nothing filled (the transport then lends and
+    /// reports [`PayloadSink::landed`] chunks). The default takes nothing.
+    ///
+    /// # Safety
+    /// `fill` must write every byte of the piece it is given.
+    unsafe fn fill_whole(&mut self, fill: &Fill<'_, Infallible>) -> bool {
+        let _ = fill;
+        false
+    }
 }
 
 /// The verifying sink: destination buffer plus incremental keyed blake3.
@@ -93,6 +110,8 @@ pub struct BlockReceiver {
     hashed: usize,
     /// In-place receipt: bytes landed in the lent buffer (and hashed), until it is restored.
     lent: Option<u64>,
+    /// A whole-block receipt's outcome ([`PayloadSink::fill_whole`]), for `finish`.
+    filled: Option<Result<VerifiedBlock, ReceiveError>>,
 }
 
 impl BlockReceiver {
@@ -106,11 +125,15 @@ impl BlockReceiver {
             hasher: StreamingId::new(&namespace),
             hashed: 0,
             lent: None,
+            filled: None,
         }
     }
 
     /// Bytes received so far.
     pub fn received(&self) -> u64 {
+        if self.filled.is_some() {
+            return self.expected_len;
+        }
         self.lent.unwrap_or(self.buf.len() as u64)
     }
 
@@ -181,7 +204,45 @@ impl PayloadSink for BlockReceiver {
         }
     }
 
+    /// Blocks of [`kvfabric_store::hash_parallel::TWO_THREADS_MIN_BYTES`] and up are filled
+    /// and hashed on this thread and one helper, each piece hashed right after it is
+    /// written ([`fill_and_verify_two_threads`]: the same keyed id as one pass, over every
+    /// byte of the block); only a match with the id asked for is kept. Smaller blocks, or no
+    /// helper thread, are left to the chunked receipt.
+    unsafe fn fill_whole(&mut self, fill: &Fill<'_, Infallible>) -> bool {
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::active("skip-verify") {
+            return false; // The chunked receipt carries the planted bug.
+        }
+        if self.lent.is_some() || self.filled.is_some() || !self.buf.is_empty() {
+            return false;
+        }
+        let Ok(len) = usize::try_from(self.expected_len) else {
+            return false;
+        };
+        let buf = std::mem::take(&mut self.buf);
+        // SAFETY: forwarded from this method's contract on `fill`.
+        let filled =
+            unsafe { fill_and_verify_two_threads(self.namespace, self.id, buf, len, fill) };
+        self.filled = Some(match filled {
+            Filled::Verified(block) => Ok(block),
+            Filled::Mismatch { found } => Err(ReceiveError::HashMismatch {
+                expected: self.id,
+                found,
+            }),
+            Filled::FillFailed(never) => match never {},
+            Filled::NotTaken(buf) => {
+                self.buf = buf;
+                return false;
+            }
+        });
+        true
+    }
+
     fn finish(mut self) -> Result<VerifiedBlock, ReceiveError> {
+        if let Some(filled) = self.filled.take() {
+            return filled;
+        }
         if self.lent.is_some() {
             // Lent and never given back: whatever landed is not here to be a block.
             return Err(ReceiveError::Truncated {
@@ -347,5 +408,43 @@ mod tests {
                 found: 5000
             }
         );
+    }
+
+    /// Fills from `src` (flipping byte `flip`), as a mapped read would.
+    fn fill_whole(r: &mut BlockReceiver, src: &[u8], flip: Option<usize>) -> bool {
+        let fill = |piece: &mut [std::mem::MaybeUninit<u8>], at: usize| -> Result<(), Infallible> {
+            for (i, d) in piece.iter_mut().enumerate() {
+                d.write(src[at + i] ^ u8::from(flip == Some(at + i)));
+            }
+            Ok(())
+        };
+        // SAFETY: the filler writes every byte of each piece.
+        unsafe { r.fill_whole(&fill) }
+    }
+
+    #[test]
+    fn a_whole_block_filled_at_once_verifies_and_a_lie_is_a_mismatch() {
+        let (ns, id, bytes) = block(3 << 20);
+        let mut r = BlockReceiver::new(ns, id);
+        r.begin(bytes.len() as u64);
+        assert!(fill_whole(&mut r, &bytes, None), "taken whole");
+        assert_eq!(r.received(), bytes.len() as u64);
+        let v = r.finish().expect("verifies");
+        assert_eq!((v.id(), v.bytes()), (id, &bytes[..]));
+
+        let mut r = BlockReceiver::new(ns, id);
+        r.begin(bytes.len() as u64);
+        assert!(fill_whole(&mut r, &bytes, Some(bytes.len() - 1)));
+        assert!(
+            matches!(r.finish(), Err(ReceiveError::HashMismatch { expected, .. }) if expected == id)
+        );
+
+        // Below two threads' worth: left to the chunked receipt, which still works.
+        let (ns, id, small) = block(200_000);
+        let mut r = BlockReceiver::new(ns, id);
+        r.begin(small.len() as u64);
+        assert!(!fill_whole(&mut r, &small, None));
+        r.push(&small).expect("within the length");
+        assert_eq!(r.finish().expect("verifies").bytes(), &small[..]);
     }
 }

@@ -25,7 +25,7 @@ use kvfabric_transport::{
     BlockSource, FrameError, MemorySource, SourceLookup, Transport, TransportConfig,
     TransportError, UcxMode, UcxTransport,
 };
-use ucx_support::{in_mode, TCP};
+use ucx_support::{in_mode, Fabric, SHARED_MEMORY, TCP};
 
 /// A DeepSeek-V3 BF16 block: 61 × 64 × (512 + 64) × 2 payload bytes.
 const V3_PAYLOAD_BYTES: usize = 4_497_408;
@@ -82,16 +82,38 @@ in_both_modes!(
 );
 
 async fn flipped_byte(mode: UcxMode) {
+    flipped_byte_over(mode, TCP).await;
+}
+
+/// Get mode on one host: both servers stage the block into UCX shared memory, and the client
+/// reads the liar's copy out of its mapping (two threads filling and hashing the 4.5 MB
+/// block), then the honest one's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_flipped_byte_over_shared_memory_is_rejected_counted_and_the_next_owner_serves() {
+    flipped_byte_over(UcxMode::Get, SHARED_MEMORY).await;
+}
+
+async fn flipped_byte_over(mode: UcxMode, fabric: Fabric) {
+    // Servers lease in place over TCP (the suite's config as it is), stage over shared memory.
+    let server_config = || {
+        if fabric.stage_leases {
+            in_mode(mode, fabric, suite_config())
+        } else {
+            suite_config()
+        }
+    };
     let block = test_block(ns(), V3_PAYLOAD_BYTES, 1);
     let lying = MemorySource::new();
     lying.insert(block.clone());
     let liar = transport(
-        suite_config(),
+        server_config(),
         Arc::new(FlippingSource::new(lying, V3_PAYLOAD_BYTES / 2)),
     )
     .await;
-    let honest = serving(&[&block]).await;
-    let c = client(suite_in(mode)).await;
+    let honest_source = MemorySource::new();
+    honest_source.insert(block.clone());
+    let honest = transport(server_config(), Arc::new(honest_source)).await;
+    let c = client(in_mode(mode, fabric, suite_config())).await;
 
     let owners = [liar.local_peer(), honest.local_peer()];
     let fetched = c

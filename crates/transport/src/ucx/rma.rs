@@ -4,10 +4,13 @@
 //! `recv_chunks_posted` ahead, and hands each chunk to the receipt in order as it lands.
 //!
 //! Where UCX can map the leased memory into this process (`ucp_rkey_ptr`: a staged lease in
-//! UCX shared memory on the same host), the read is a plain copy instead, chunk by chunk from
-//! the mapping into the landing buffer, each chunk hashed right after it is copied (in cache):
-//! the same single copy by the reader that a get would make, without UCX's per-fragment
-//! bookkeeping (measured: see the crate docs).
+//! UCX shared memory on the same host), the read is a plain copy instead: the same single
+//! copy by the reader that a get would make, without UCX's per-fragment bookkeeping. A
+//! verifying receipt of a block of 1 MiB and up takes it whole ([`fill_mapped`]): the
+//! progress thread and one helper each copy their part of the blake3 tree out of the mapping
+//! piece by piece and hash each piece in cache. Otherwise ([`RmaRead::copy_direct`]) it is
+//! copied chunk by chunk into the landing buffer, each chunk hashed right after it is copied
+//! (measured: see the crate docs).
 //!
 //! Ownership, the rule of `ops`: every get's context holds an `Arc` of the landing buffer and
 //! of the rkey ([`Keep::Get`]); UCX hands the context back through `on_got` (completed or
@@ -18,6 +21,8 @@
 
 use std::cell::UnsafeCell;
 use std::collections::BTreeSet;
+use std::convert::Infallible;
+use std::mem::MaybeUninit;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -33,6 +38,7 @@ use crate::lease::LeaseDescriptor;
 use crate::ucx::context::check;
 use crate::ucx::endpoint::Endpoint;
 use crate::ucx::ops::{on_got, settle, Keep, OpCtx};
+use crate::ucx::receipt::Receipt;
 use crate::ucx::worker::OpKind;
 
 /// An rkey unpacked for one endpoint; destroyed on drop (on the progress thread, once no get
@@ -161,6 +167,51 @@ impl Landing {
         unsafe { buf.set_len(landing.len) };
         Some(buf)
     }
+}
+
+/// A leased block mapped into this process, read by two threads at once.
+struct Mapped {
+    src: *const u8,
+    len: usize,
+}
+
+// SAFETY: only read (by the progress thread and the scoped hashing helper), never written by
+// this process; the mapping outlives the scope (the rkey, held by the caller, keeps it).
+unsafe impl Sync for Mapped {}
+
+/// Where `lease` is mapped into this process through `rkey` (a staged lease in shared memory
+/// on this host), offers the whole block to `receipt` to be filled at once by copies out of
+/// the mapping ([`Receipt::fill_whole`]); `true` if it took it. Otherwise (not mapped here, or
+/// a receipt that does not take whole blocks) nothing was read and the caller reads the block
+/// chunk by chunk with [`RmaRead`].
+pub(crate) fn fill_mapped(rkey: &Rkey, lease: &LeaseDescriptor, receipt: &mut dyn Receipt) -> bool {
+    let Some(src) = rkey.local_ptr(lease.remote_addr) else {
+        return false;
+    };
+    let mapped = Mapped {
+        src,
+        len: lease.block_len as usize,
+    };
+    let mapped = &mapped;
+    let fill = move |piece: &mut [MaybeUninit<u8>], at: usize| -> Result<(), Infallible> {
+        assert!(
+            at <= mapped.len && piece.len() <= mapped.len - at,
+            "a piece within the block"
+        );
+        // SAFETY: `src` maps the block's `len` readable bytes (as for `CopyJob::copy`), alive
+        // for the call; the piece is in bounds (checked) and ours to write. The server may
+        // rewrite its side (a lease ended early): then the bytes fail verification.
+        unsafe {
+            ptr::copy_nonoverlapping(
+                mapped.src.add(at),
+                piece.as_mut_ptr().cast::<u8>(),
+                piece.len(),
+            )
+        };
+        Ok(())
+    };
+    // SAFETY: `fill` writes every byte of each piece before returning Ok.
+    unsafe { receipt.fill_whole(&fill) }
 }
 
 /// A direct read's copies: from the leased block mapped here into the landing buffer.

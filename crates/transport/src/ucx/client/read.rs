@@ -12,7 +12,7 @@ use crate::ucx::client::{Clients, Conn, Ending, Phase};
 use crate::ucx::endpoint::Endpoint;
 use crate::ucx::ops::Keep;
 use crate::ucx::receipt::receive_error;
-use crate::ucx::rma::RmaRead;
+use crate::ucx::rma::{fill_mapped, RmaRead};
 use crate::ucx::worker::{ConnId, OpId, OpKind, Worker};
 
 /// Posts the receive of a lease descriptor of `length` bytes (bounded by the frame decoder).
@@ -72,15 +72,28 @@ impl Clients {
             }
         };
         front.receipt.begin(lease.block_len);
-        let dest = front.receipt.lend();
         let asked = front.request.id;
         let chunk = self.config.ucx.recv_chunk_bytes;
-        let started = read_endpoint(worker, id, conn, &lease.worker_address)
-            .and_then(|()| match &conn.read_ep {
-                Some(ep) => conn.rkeys.get(ep, &lease.rkey),
-                None => Err(TransportError::Closed),
-            })
-            .and_then(|rkey| RmaRead::start(rkey, &lease, dest, chunk));
+        let rkey =
+            read_endpoint(worker, id, conn, &lease.worker_address).and_then(|()| {
+                match &conn.read_ep {
+                    Some(ep) => conn.rkeys.get(ep, &lease.rkey),
+                    None => Err(TransportError::Closed),
+                }
+            });
+        let Some(front) = conn.awaiting.front_mut() else {
+            return self.end(id, Ending::Violation);
+        };
+        if let Ok(rkey) = &rkey {
+            if fill_mapped(rkey, &lease, &mut *front.receipt) {
+                // Read whole, out of the mapping (the verdict waits in the receipt).
+                self.counters.add_bytes_in(lease.block_len);
+                conn.phase = Phase::Idle;
+                return self.release_and_complete(id);
+            }
+        }
+        let dest = front.receipt.lend();
+        let started = rkey.and_then(|rkey| RmaRead::start(rkey, &lease, dest, chunk));
         match started {
             Ok(mut read) if read.is_direct() => {
                 let Some(front) = conn.awaiting.front_mut() else {
@@ -144,7 +157,26 @@ impl Clients {
         let Some(conn) = self.conns.get_mut(&id) else {
             return;
         };
-        let (Phase::Reading(_), Some(front)) = (&conn.phase, conn.awaiting.front_mut()) else {
+        if !matches!(conn.phase, Phase::Reading(_)) {
+            return self.end(id, Ending::Violation);
+        }
+        if let Phase::Reading(read) = std::mem::replace(&mut conn.phase, Phase::Idle) {
+            // Complete and no get holds the buffer: it goes back whole. Were it not, the
+            // receipt would keep nothing and report the block truncated.
+            if let (Some(buf), Some(front)) = (read.into_buffer(), conn.awaiting.front_mut()) {
+                front.receipt.restore(buf);
+            }
+        }
+        self.release_and_complete(id);
+    }
+
+    /// The oldest fetch's block is all here (its verdict waits in the receipt): release the
+    /// lease, then verify and deliver.
+    fn release_and_complete(&mut self, id: ConnId) {
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let Some(front) = conn.awaiting.front() else {
             return self.end(id, Ending::Violation);
         };
         let release = FrameHeader::request(
@@ -154,13 +186,6 @@ impl Clients {
         );
         conn.ep
             .send(OpKind::Request, Keep::Header(Box::new(release.encode())));
-        if let Phase::Reading(read) = std::mem::replace(&mut conn.phase, Phase::Idle) {
-            // Complete and no get holds the buffer: it goes back whole. Were it not, the
-            // receipt would keep nothing and report the block truncated.
-            if let Some(buf) = read.into_buffer() {
-                front.receipt.restore(buf);
-            }
-        }
         self.complete_front(id);
     }
 }
