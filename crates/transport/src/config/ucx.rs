@@ -85,9 +85,11 @@ pub struct UcxTuning {
     /// the NIC reads the mapped block in place with no copy at all.
     pub stage_leases: bool,
     /// Client side of get mode, where UCX maps a leased block into this process (staged
-    /// leases on one host): copy it on a helper thread, chunk by chunk, while the progress
-    /// thread hashes the chunks already copied, instead of copying and hashing in turn on the
-    /// progress thread.
+    /// leases on one host) and the block is read chunk by chunk (below 1 MiB, a sink that
+    /// does not verify, or no second hashing thread): copy it on a helper thread while the
+    /// progress thread hashes the chunks already copied, instead of copying and hashing in
+    /// turn on the progress thread. Verified blocks of 1 MiB and up are always copied and
+    /// hashed by two threads, each on its own part (see the crate docs).
     pub copy_thread: bool,
 }
 

@@ -31,9 +31,14 @@
 //!   verifying receiver's own destination buffer, lent to it: with `ucp_get_nbx` in chunks of
 //!   `ucx.recv_chunk_bytes`, `ucx.recv_chunks_posted` ahead, each chunk hashed in order as it
 //!   lands while later gets are in flight; or, where UCX maps the leased memory into this
-//!   process (`ucp_rkey_ptr`, shared memory), by copying it chunk by chunk, each chunk hashed
-//!   right after its copy (`rma`, `client::read`). Only a full match becomes a block; then the
-//!   client sends `Release`. What this is on each fabric: **across hosts on InfiniBand/RoCE**
+//!   process (`ucp_rkey_ptr`, shared memory), by copying it out of the mapping: a block of
+//!   1 MiB and up by two threads, the progress thread and one scoped helper, each copying its
+//!   part of the blake3 tree piece by piece (256 KiB) and hashing each piece right after its
+//!   copy, the two parts' chaining values merged into the same keyed id as one pass
+//!   (`kvfabric_store::hash_parallel::fill_and_verify_two_threads`); a smaller block, or no
+//!   helper thread, chunk by chunk on the progress thread, each chunk hashed right after its
+//!   copy (`rma`, `client::read`). Only a full match becomes a block; then the client sends
+//!   `Release`. What this is on each fabric: **across hosts on InfiniBand/RoCE**
 //!   with `tls = "rc"` the gets are RDMA READs of the block mapped in place, no copy on the
 //!   server (not run here: no RDMA device); **on one host** with `tls = "sm,tcp"` and
 //!   `stage_leases` the server copies the block once into UCX shared memory and the reader
@@ -76,7 +81,8 @@
 //!   memory until the endpoint closes. Another reason for a trusted fabric.
 //! - **One thread does the receiving.** Chunks are copied and hashed on the progress thread,
 //!   which also drives every other endpoint of the transport (in get mode too: a direct read
-//!   of a 4.5 MB block holds the thread for its copy and hash, about 1.5 ms here).
+//!   of a 4.5 MB block holds the thread for its copy and hash, about 1.5 ms here, or for its
+//!   half of them while the helper thread does the other half).
 //!
 //! Submodules: `context` (config and init), `worker` (worker, events, waker), `endpoint`,
 //! `listener` and `ops` (UCP objects, operations, callbacks), `proto` (sans-IO protocol),
