@@ -7,6 +7,10 @@
 //! halves of the left subtree on one side and the right part with the second half on the other.
 //! The result is bit-identical to hashing the buffer in one pass (tested against
 //! [`crate::Blake3Ids`]).
+//!
+//! [`fill_and_verify_two_threads`] is the same fill and hash ending in a [`VerifiedBlock`]:
+//! the id is computed here, from the bytes as filled, and only a match with the id asked for
+//! becomes a block (a transport's one-sided read of a block mapped into its process).
 
 use std::mem::MaybeUninit;
 use std::ops::Range;
@@ -16,6 +20,7 @@ use blake3::hazmat::{
 };
 
 use crate::id::{BlockId, NamespaceKey};
+use crate::verified::VerifiedBlock;
 
 /// Bytes filled and hashed at a time by each thread.
 pub const PIECE_BYTES: usize = 256 << 10;
@@ -130,6 +135,61 @@ pub unsafe fn fill_and_hash_two_threads<E: Send>(
     })
 }
 
+/// What [`fill_and_verify_two_threads`] made of a block.
+#[derive(Debug)]
+pub enum Filled<E> {
+    /// Every byte filled, and they hash to the id asked for.
+    Verified(VerifiedBlock),
+    /// Every byte filled, and they hash to `found`, not the id asked for (the bytes are
+    /// dropped).
+    Mismatch {
+        /// What the bytes hash to.
+        found: BlockId,
+    },
+    /// `fill` failed (the bytes are dropped).
+    FillFailed(E),
+    /// Not attempted, nothing filled: the block is below [`TWO_THREADS_MIN_BYTES`] or the
+    /// helper thread could not start. The buffer comes back for a one-thread receipt.
+    NotTaken(Vec<u8>),
+}
+
+/// Fills a block of `len` bytes (header ‖ payload, all of it covered by the id) through
+/// `fill(piece, offset)` on the calling thread and one helper, hashing each piece under
+/// `namespace` while it is in cache, into `buf` (emptied; its capacity is reused if large
+/// enough); only bytes hashing to `id` become a [`VerifiedBlock`].
+///
+/// # Safety
+/// `fill` must write every byte of the piece it is given before returning `Ok`.
+pub unsafe fn fill_and_verify_two_threads<E: Send>(
+    namespace: NamespaceKey,
+    id: BlockId,
+    mut buf: Vec<u8>,
+    len: usize,
+    fill: &Fill<'_, E>,
+) -> Filled<E> {
+    if len < TWO_THREADS_MIN_BYTES {
+        return Filled::NotTaken(buf);
+    }
+    buf.clear();
+    buf.reserve_exact(len);
+    // SAFETY: forwarded from this function's contract on `fill`.
+    let done = unsafe {
+        fill_and_hash_two_threads(&namespace, &mut buf.spare_capacity_mut()[..len], fill)
+    };
+    match done {
+        None => Filled::NotTaken(buf),
+        Some(Err(e)) => Filled::FillFailed(e),
+        Some(Ok(found)) => {
+            // SAFETY: Ok means every byte of [0, len) was written by `fill`.
+            unsafe { buf.set_len(len) };
+            if found != id {
+                return Filled::Mismatch { found };
+            }
+            Filled::Verified(VerifiedBlock::checked(id, namespace, buf))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,5 +251,38 @@ mod tests {
             })
         };
         assert!(matches!(r, Some(Err(_))));
+    }
+
+    #[test]
+    fn only_bytes_hashing_to_the_id_become_a_block() {
+        let key = NamespaceKey::derive("t");
+        let src: Vec<u8> = (0..3_000_001u32).map(|i| (i % 251) as u8).collect();
+        let id = Blake3Ids.id(&key, &[&src]);
+        let copy = |flip: Option<usize>| {
+            let src = &src;
+            move |piece: &mut [MaybeUninit<u8>], at: usize| -> Result<(), ()> {
+                for (i, d) in piece.iter_mut().enumerate() {
+                    let b = src[at + i];
+                    d.write(if flip == Some(at + i) { b ^ 1 } else { b });
+                }
+                Ok(())
+            }
+        };
+        // SAFETY: the filler writes every byte of each piece.
+        match unsafe { fill_and_verify_two_threads(key, id, Vec::new(), src.len(), &copy(None)) } {
+            Filled::Verified(block) => {
+                assert_eq!((block.id(), block.bytes()), (id, &src[..]));
+            }
+            other => panic!("expected a block, found {other:?}"),
+        }
+        let lie = copy(Some(2_999_000));
+        // SAFETY: as above.
+        match unsafe { fill_and_verify_two_threads(key, id, Vec::new(), src.len(), &lie) } {
+            Filled::Mismatch { found } => assert_ne!(found, id),
+            other => panic!("expected a mismatch, found {other:?}"),
+        }
+        // SAFETY: as above.
+        let small = unsafe { fill_and_verify_two_threads(key, id, vec![1, 2], 1000, &copy(None)) };
+        assert!(matches!(small, Filled::NotTaken(buf) if buf == [1, 2]));
     }
 }

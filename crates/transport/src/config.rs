@@ -8,7 +8,10 @@
 //! the blocks of at most `serve_streams_max` streams (shared with the source, not copied).
 //! The UCX transport's client holds `ucx.recv_chunk_bytes × ucx.recv_chunks_posted` of receive
 //! buffers per connection; its server, per connection, references to the blocks of at most
-//! `serve_streams_max` requests ([`UcxTuning`]).
+//! `serve_streams_max` requests ([`UcxTuning`]). In UCX get mode a client's gets land in the
+//! fetch's own destination buffer; a server holds at most `ucx.leases_per_connection_max`
+//! leased blocks per connection (with `ucx.stage_leases`, each in a UCX shared-memory region
+//! of the block's size rounded up to 1 MiB, and as many idle regions kept for reuse).
 
 mod ucx;
 
@@ -17,7 +20,8 @@ use std::time::Duration;
 use crate::error::TransportError;
 
 pub use ucx::{
-    UcxTuning, RECV_CHUNKS_POSTED_MAX, RECV_CHUNK_BYTES_MAX, RECV_CHUNK_BYTES_MIN, UCX_SETTINGS_MAX,
+    UcxMode, UcxTuning, LEASES_PER_CONNECTION_MAX, RECV_CHUNKS_POSTED_MAX, RECV_CHUNK_BYTES_MAX,
+    RECV_CHUNK_BYTES_MIN, UCX_SETTINGS_MAX,
 };
 
 /// Hard ceiling on `max_frame_bytes`: far above any block, far below `usize::MAX` on 64-bit.

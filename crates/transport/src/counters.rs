@@ -22,6 +22,10 @@ pub struct TransportCounters {
     bytes_out: AtomicU64,
     fetches_in_flight: AtomicU64,
     fetches_in_flight_peak: AtomicU64,
+    leases_granted: AtomicU64,
+    leases_refused: AtomicU64,
+    leases_expired: AtomicU64,
+    leases_held: AtomicU64,
 }
 
 /// A point-in-time copy of [`TransportCounters`].
@@ -43,18 +47,28 @@ pub struct CountersSnapshot {
     pub connections_closed: u64,
     /// Handshakes refused by TLS (a certificate not signed by the cluster CA, a wrong name).
     pub handshakes_refused: u64,
-    /// Blocks this side served.
+    /// Blocks this side served (UCX get mode: leases answered).
     pub blocks_served: u64,
     /// Requests this side answered with not-found or unavailable.
     pub not_found_served: u64,
     /// Block bytes received (headers and payload, before verification).
     pub bytes_in: u64,
-    /// Block bytes sent.
+    /// Block bytes sent (UCX get mode: a leased block's bytes, counted when the client
+    /// releases the lease, having read them).
     pub bytes_out: u64,
     /// Fetches holding a slot now.
     pub fetches_in_flight: u64,
     /// The most fetches that ever held a slot at once (at most `fetches_in_flight_max`).
     pub fetches_in_flight_peak: u64,
+    /// UCX get mode, server side: blocks mapped and leased to a client for one-sided reads.
+    pub leases_granted: u64,
+    /// `FetchRma` requests answered `Unavailable` because the connection held
+    /// `ucx.leases_per_connection_max` leases.
+    pub leases_refused: u64,
+    /// Leases ended by `fetch_timeout_ms` before the client released them.
+    pub leases_expired: u64,
+    /// Leases held now (mapped, awaiting release, expiry or the connection's end).
+    pub leases_held: u64,
 }
 
 macro_rules! bump {
@@ -122,7 +136,28 @@ impl TransportCounters {
             bytes_out: g(&self.bytes_out),
             fetches_in_flight: g(&self.fetches_in_flight),
             fetches_in_flight_peak: g(&self.fetches_in_flight_peak),
+            leases_granted: g(&self.leases_granted),
+            leases_refused: g(&self.leases_refused),
+            leases_expired: g(&self.leases_expired),
+            leases_held: g(&self.leases_held),
         }
+    }
+}
+
+/// Leases of the UCX transport's get mode (server side).
+#[cfg_attr(not(feature = "ucx"), allow(dead_code))]
+impl TransportCounters {
+    bump!(leases_refused, leases_expired);
+
+    /// A block was mapped and leased.
+    pub(crate) fn lease_granted(&self) {
+        self.leases_granted.fetch_add(1, Ordering::Relaxed);
+        self.leases_held.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A lease ended (released, expired, or its connection closed).
+    pub(crate) fn lease_ended(&self) {
+        self.leases_held.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -16,6 +16,13 @@
 //! One block stream carries exactly one request (client → server: `Fetch`, length 0) and one
 //! response (server → client: `Block` followed by `length` bytes, or `NotFound` /
 //! `Unavailable` with length 0), each followed by the end of that direction of the stream.
+//!
+//! The UCX transport's one-sided read mode adds three kinds (codes 5–7; the header is
+//! unchanged): `FetchRma` (client → server, length 0: map this block for me to read),
+//! answered by `Lease` (server → client, followed by a [`crate::lease::LeaseDescriptor`] of
+//! `length` ≤ [`crate::lease::LEASE_DESCRIPTOR_BYTES_MAX`] bytes: block length, address, rkey)
+//! or `NotFound` / `Unavailable`; and `Release` (client → server, length 0, no answer: done
+//! reading the oldest lease of this block on this connection).
 
 use bincode::{Decode, Encode};
 use kvfabric_store::{BlockId, NamespaceKey};
@@ -39,6 +46,14 @@ pub enum FrameKind {
     NotFound = 3,
     /// Server → client: the block is known but cannot be served now (length 0).
     Unavailable = 4,
+    /// Server → client: the block is mapped for a one-sided read; a lease descriptor of
+    /// `length` bytes follows (UCX get mode).
+    Lease = 5,
+    /// Client → server: map this block for me to read (length 0; UCX get mode).
+    FetchRma = 6,
+    /// Client → server: done reading the oldest lease of this block on this connection
+    /// (length 0, no answer; UCX get mode).
+    Release = 7,
 }
 
 impl FrameKind {
@@ -49,14 +64,28 @@ impl FrameKind {
             2 => Some(FrameKind::Block),
             3 => Some(FrameKind::NotFound),
             4 => Some(FrameKind::Unavailable),
+            5 => Some(FrameKind::Lease),
+            6 => Some(FrameKind::FetchRma),
+            7 => Some(FrameKind::Release),
             _ => None,
         }
     }
 
     /// Whether a client sends this kind (else a server does).
     pub fn is_request(self) -> bool {
-        matches!(self, FrameKind::Fetch)
+        matches!(
+            self,
+            FrameKind::Fetch | FrameKind::FetchRma | FrameKind::Release
+        )
     }
+
+    /// Whether a frame of this kind is followed by `length` bytes (else its length is 0).
+    pub fn has_payload(self) -> bool {
+        matches!(self, FrameKind::Block | FrameKind::Lease)
+    }
+
+    /// The wire codes, lowest to highest (for error texts and tests).
+    pub const CODES: std::ops::RangeInclusive<u8> = 1..=7;
 }
 
 /// A decoded (or to-be-encoded) frame header.
@@ -68,7 +97,7 @@ pub struct FrameHeader {
     pub id: BlockId,
     /// The namespace the id was computed under.
     pub namespace: NamespaceKey,
-    /// Payload bytes that follow the header (0 for every kind but `Block`).
+    /// Bytes that follow the header (0 for every kind but `Block` and `Lease`).
     pub length: u64,
 }
 
@@ -120,7 +149,7 @@ pub enum FrameError {
         found: u16,
     },
     /// A kind code outside [`FrameKind`].
-    #[error("unknown frame kind: expected 1..=4, found {found}")]
+    #[error("unknown frame kind: expected 1..=7, found {found}")]
     UnknownKind {
         /// The code.
         found: u8,
@@ -149,6 +178,19 @@ pub enum FrameError {
         /// The announced length.
         found: u64,
     },
+    /// A `Lease` whose descriptor length is outside what a descriptor can be.
+    #[error("lease descriptor of bad size: expected {min}..={max} bytes, found {found}")]
+    BadLeaseLength {
+        /// Smallest descriptor (no rkey bytes).
+        min: u64,
+        /// Largest descriptor ([`crate::lease::LEASE_DESCRIPTOR_BYTES_MAX`]).
+        max: u64,
+        /// The announced length.
+        found: u64,
+    },
+    /// A `Lease` descriptor that does not decode or check.
+    #[error("bad lease descriptor: {0}")]
+    BadLease(#[from] crate::lease::LeaseError),
     /// A response about another block or namespace than the one asked for.
     #[error("response for another block: expected {expected}, found {found}")]
     WrongBlock {
@@ -176,8 +218,14 @@ pub enum FrameError {
 impl FrameHeader {
     /// A request for `id` under `namespace`.
     pub fn fetch(namespace: NamespaceKey, id: BlockId) -> FrameHeader {
+        FrameHeader::request(FrameKind::Fetch, namespace, id)
+    }
+
+    /// A request of `kind` (`Fetch`, `FetchRma` or `Release`) about `id`, length 0.
+    pub fn request(kind: FrameKind, namespace: NamespaceKey, id: BlockId) -> FrameHeader {
+        debug_assert!(kind.is_request());
         FrameHeader {
-            kind: FrameKind::Fetch,
+            kind,
             id,
             namespace,
             length: 0,
@@ -234,9 +282,18 @@ impl FrameHeader {
         }
         let kind =
             FrameKind::from_code(wire.kind).ok_or(FrameError::UnknownKind { found: wire.kind })?;
-        if kind != FrameKind::Block && wire.length != 0 {
+        if !kind.has_payload() && wire.length != 0 {
             return Err(FrameError::UnexpectedLength {
                 kind,
+                found: wire.length,
+            });
+        }
+        let lease =
+            crate::lease::LEASE_DESCRIPTOR_BYTES_MIN..=crate::lease::LEASE_DESCRIPTOR_BYTES_MAX;
+        if kind == FrameKind::Lease && !lease.contains(&(wire.length as usize)) {
+            return Err(FrameError::BadLeaseLength {
+                min: *lease.start() as u64,
+                max: *lease.end() as u64,
                 found: wire.length,
             });
         }
@@ -255,14 +312,14 @@ impl FrameHeader {
     }
 }
 
-/// Server side: decodes a request; only `Fetch` is accepted.
+/// Server side: decodes a request; only `Fetch`, `FetchRma` and `Release` are accepted.
 pub fn decode_request(bytes: &[u8]) -> Result<FrameHeader, FrameError> {
-    // A request never carries a payload (a non-zero length on `Fetch` is refused in decode),
+    // A request never carries a payload (a non-zero length on one is refused in decode),
     // so no size bound applies here; checking the kind first gives the clearer error.
     let header = FrameHeader::decode(bytes, u64::MAX)?;
     if !header.kind.is_request() {
         return Err(FrameError::UnexpectedKind {
-            expected: "Fetch",
+            expected: "Fetch, FetchRma or Release",
             found: header.kind,
         });
     }
@@ -270,15 +327,33 @@ pub fn decode_request(bytes: &[u8]) -> Result<FrameHeader, FrameError> {
 }
 
 /// Client side: decodes the response to `request`; checks kind, id, namespace and length.
+/// A `Fetch` is answered by `Block`, `NotFound` or `Unavailable`; a `FetchRma` by `Lease`,
+/// `NotFound` or `Unavailable`.
 pub fn decode_response(
     bytes: &[u8],
     request: &FrameHeader,
     max_frame_bytes: u64,
 ) -> Result<FrameHeader, FrameError> {
     let header = FrameHeader::decode(bytes, max_frame_bytes)?;
-    if header.kind.is_request() {
+    let (fits, expected) = match request.kind {
+        FrameKind::FetchRma => (
+            matches!(
+                header.kind,
+                FrameKind::Lease | FrameKind::NotFound | FrameKind::Unavailable
+            ),
+            "Lease, NotFound or Unavailable",
+        ),
+        _ => (
+            matches!(
+                header.kind,
+                FrameKind::Block | FrameKind::NotFound | FrameKind::Unavailable
+            ),
+            "Block, NotFound or Unavailable",
+        ),
+    };
+    if !fits {
         return Err(FrameError::UnexpectedKind {
-            expected: "Block, NotFound or Unavailable",
+            expected,
             found: header.kind,
         });
     }

@@ -29,10 +29,115 @@ fn round_trips_every_kind() {
         (FrameKind::Block, 4_497_472),
         (FrameKind::NotFound, 0),
         (FrameKind::Unavailable, 0),
+        (FrameKind::Lease, 350),
+        (FrameKind::FetchRma, 0),
+        (FrameKind::Release, 0),
     ] {
         let h = header(kind, len);
         assert_eq!(FrameHeader::decode(&h.encode(), u64::MAX), Ok(h));
+        assert_eq!(FrameKind::from_code(kind as u8), Some(kind));
+        assert!(FrameKind::CODES.contains(&(kind as u8)));
     }
+}
+
+#[test]
+fn the_existing_codes_never_move() {
+    // The wire contract: extended (5..=7), never renumbered.
+    let codes = [
+        (FrameKind::Fetch, 1),
+        (FrameKind::Block, 2),
+        (FrameKind::NotFound, 3),
+        (FrameKind::Unavailable, 4),
+        (FrameKind::Lease, 5),
+        (FrameKind::FetchRma, 6),
+        (FrameKind::Release, 7),
+    ];
+    for (kind, code) in codes {
+        assert_eq!(kind as u8, code, "{kind:?}");
+    }
+    for code in [0u8, 8, 255] {
+        assert_eq!(FrameKind::from_code(code), None);
+    }
+    let mut b = header(FrameKind::Fetch, 0).encode();
+    b[6] = 8;
+    let err = FrameHeader::decode(&b, 0).unwrap_err();
+    assert_eq!(err, FrameError::UnknownKind { found: 8 });
+    assert_eq!(
+        err.to_string(),
+        "unknown frame kind: expected 1..=7, found 8"
+    );
+}
+
+#[test]
+fn lease_lengths_are_bounded_by_the_descriptor_size() {
+    use crate::lease::{LEASE_DESCRIPTOR_BYTES_MAX, LEASE_DESCRIPTOR_BYTES_MIN};
+    for len in [LEASE_DESCRIPTOR_BYTES_MIN, LEASE_DESCRIPTOR_BYTES_MAX] {
+        let h = header(FrameKind::Lease, len as u64);
+        assert_eq!(FrameHeader::decode(&h.encode(), u64::MAX), Ok(h));
+    }
+    for len in [
+        0,
+        LEASE_DESCRIPTOR_BYTES_MIN - 1,
+        LEASE_DESCRIPTOR_BYTES_MAX + 1,
+    ] {
+        let b = header(FrameKind::Lease, len as u64).encode();
+        assert_eq!(
+            FrameHeader::decode(&b, u64::MAX),
+            Err(FrameError::BadLeaseLength {
+                min: LEASE_DESCRIPTOR_BYTES_MIN as u64,
+                max: LEASE_DESCRIPTOR_BYTES_MAX as u64,
+                found: len as u64
+            })
+        );
+    }
+    for kind in [FrameKind::FetchRma, FrameKind::Release] {
+        let b = header(kind, 1).encode();
+        assert_eq!(
+            FrameHeader::decode(&b, u64::MAX),
+            Err(FrameError::UnexpectedLength { kind, found: 1 })
+        );
+    }
+}
+
+#[test]
+fn each_request_kind_accepts_only_its_answers() {
+    let fetch = header(FrameKind::Fetch, 0);
+    let rma = header(FrameKind::FetchRma, 0);
+    let block = header(FrameKind::Block, 10);
+    let lease = header(FrameKind::Lease, 100);
+    assert_eq!(decode_response(&block.encode(), &fetch, 100), Ok(block));
+    assert_eq!(decode_response(&lease.encode(), &rma, 100), Ok(lease));
+    assert!(matches!(
+        decode_response(&lease.encode(), &fetch, 100),
+        Err(FrameError::UnexpectedKind {
+            found: FrameKind::Lease,
+            ..
+        })
+    ));
+    assert!(matches!(
+        decode_response(&block.encode(), &rma, 100),
+        Err(FrameError::UnexpectedKind {
+            found: FrameKind::Block,
+            ..
+        })
+    ));
+    for answer in [FrameKind::NotFound, FrameKind::Unavailable] {
+        let h = header(answer, 0);
+        assert_eq!(decode_response(&h.encode(), &fetch, 100), Ok(h));
+        assert_eq!(decode_response(&h.encode(), &rma, 100), Ok(h));
+    }
+    for request in [FrameKind::Fetch, FrameKind::FetchRma, FrameKind::Release] {
+        let h = header(request, 0);
+        assert_eq!(decode_request(&h.encode()), Ok(h));
+        assert!(decode_response(&h.encode(), &rma, 100).is_err());
+    }
+    assert!(matches!(
+        decode_request(&lease.encode()),
+        Err(FrameError::UnexpectedKind {
+            found: FrameKind::Lease,
+            ..
+        })
+    ));
 }
 
 #[test]
@@ -139,6 +244,9 @@ fn any_kind() -> impl Strategy<Value = FrameKind> {
         Just(FrameKind::Block),
         Just(FrameKind::NotFound),
         Just(FrameKind::Unavailable),
+        Just(FrameKind::Lease),
+        Just(FrameKind::FetchRma),
+        Just(FrameKind::Release),
     ]
 }
 
@@ -153,8 +261,11 @@ proptest! {
         if let Ok(h) = FrameHeader::decode(&bytes, max) {
             prop_assert_eq!(&h.encode()[..], &bytes[..FRAME_HEADER_LEN]);
             prop_assert!(h.length <= max);
+            prop_assert!(h.kind.has_payload() || h.length == 0);
         }
-        let _ = decode_request(&bytes);
+        if let Ok(h) = decode_request(&bytes) {
+            prop_assert!(h.kind.is_request());
+        }
     }
 
     #[test]
@@ -164,7 +275,15 @@ proptest! {
         ns in any::<[u8; 32]>(),
         len in any::<u64>(),
     ) {
-        let length = if kind == FrameKind::Block { len } else { 0 };
+        let length = match kind {
+            FrameKind::Block => len,
+            FrameKind::Lease => {
+                let span = (crate::lease::LEASE_DESCRIPTOR_BYTES_MAX
+                    - crate::lease::LEASE_DESCRIPTOR_BYTES_MIN) as u64;
+                crate::lease::LEASE_DESCRIPTOR_BYTES_MIN as u64 + len % (span + 1)
+            }
+            _ => 0,
+        };
         let h = FrameHeader { kind, id: BlockId(id), namespace: NamespaceKey(ns), length };
         prop_assert_eq!(FrameHeader::decode(&h.encode(), u64::MAX), Ok(h));
     }
@@ -176,8 +295,8 @@ proptest! {
     ) {
         let mut b = header(FrameKind::Fetch, 0).encode();
         b[byte] ^= 1 << bit;
-        // A flipped kind bit may land on another valid kind; a request decoder still refuses
-        // every kind but Fetch.
+        // A flipped kind bit may land on another valid kind (Fetch = 1 flips to 0, 3, 5, 9,
+        // …); none of those is a request, so a request decoder still refuses every one.
         prop_assert!(decode_request(&b).is_err());
     }
 }

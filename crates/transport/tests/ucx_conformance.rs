@@ -1,41 +1,34 @@
-//! The transport conformance suite over UCX (`ucx` feature), on TCP over 127.0.0.1
-//! (`ucx.tls = "tcp"`, the default; CI also sets `UCX_TLS=tcp`).
+//! The transport conformance suite over UCX (`ucx` feature) on 127.0.0.1: in stream mode and
+//! in get mode (one-sided reads) over TCP (`ucx.tls = "tcp"`, what CI runs), and in get mode
+//! over UCX's shared-memory transports (leases staged in UCX shared memory).
 
 #![cfg(feature = "ucx")]
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+mod ucx_support;
 
-use kvfabric_transport::conformance::TransportFactory;
-use kvfabric_transport::{
-    BlockSource, TransportConfig, TransportError, TransportFuture, UcxTransport,
-};
+use kvfabric_transport::UcxMode;
+use ucx_support::{Fabric, UcxFactory, SHARED_MEMORY, SHARED_MEMORY_COPY_THREAD, TCP};
 
-/// Builds UCX transports named node1, node2, … on loopback.
-struct UcxFactory {
-    next: AtomicU32,
-}
-
-impl TransportFactory for UcxFactory {
-    type T = UcxTransport;
-
-    fn build(
-        &self,
-        config: TransportConfig,
-        source: Arc<dyn BlockSource>,
-    ) -> TransportFuture<'_, Result<UcxTransport, TransportError>> {
-        Box::pin(async move {
-            let name = format!("node{}", self.next.fetch_add(1, Ordering::Relaxed));
-            let lo = "127.0.0.1:0".parse().expect("loopback");
-            UcxTransport::bind(config, name, lo, source).await
-        })
-    }
+async fn suite(mode: UcxMode, fabric: Fabric) {
+    kvfabric_transport::conformance::run(&UcxFactory { mode, fabric }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ucx_passes_the_conformance_suite() {
-    kvfabric_transport::conformance::run(&UcxFactory {
-        next: AtomicU32::new(1),
-    })
-    .await;
+async fn ucx_stream_mode_over_tcp_passes_the_conformance_suite() {
+    suite(UcxMode::Stream, TCP).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ucx_get_mode_over_tcp_passes_the_conformance_suite() {
+    suite(UcxMode::Get, TCP).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ucx_get_mode_over_shared_memory_passes_the_conformance_suite() {
+    suite(UcxMode::Get, SHARED_MEMORY).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ucx_get_mode_over_shared_memory_with_a_copy_thread_passes_the_conformance_suite() {
+    suite(UcxMode::Get, SHARED_MEMORY_COPY_THREAD).await;
 }

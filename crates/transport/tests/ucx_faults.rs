@@ -3,11 +3,14 @@
 //! responses (to a client), a partial request, a cancelled fetch. UCX streams have no
 //! per-message end, so "the sender ended short" is indistinguishable from "the sender died":
 //! both are lost connections here, never installed blocks.
+//!
+//! The cases that concern the fetching side run in both fetch modes (`in_both_modes!`: a
+//! `stream` and a `get` test each); get mode has its own dying-server and broken-lease cases.
 
 #![cfg(feature = "ucx")]
 
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, Ordering};
+mod ucx_support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,33 +18,50 @@ use kvfabric_store::{BlockId, NamespaceKey, VerifiedBlock};
 use kvfabric_transport::conformance::sources::{test_block, FlippingSource};
 use kvfabric_transport::conformance::{eventually, suite_config};
 use kvfabric_transport::frame::{FrameHeader, FrameKind, FRAME_HEADER_LEN};
+use kvfabric_transport::lease::{LeaseDescriptor, LEASE_DESCRIPTOR_BYTES_MAX};
 use kvfabric_transport::source::SourceFuture;
 use kvfabric_transport::ucx::raw::{RawClient, RawReply, RawServer};
 use kvfabric_transport::{
     BlockSource, FrameError, MemorySource, SourceLookup, Transport, TransportConfig,
-    TransportError, UcxTransport,
+    TransportError, UcxMode, UcxTransport,
 };
+use ucx_support::{in_mode, Fabric, SHARED_MEMORY, TCP};
 
 /// A DeepSeek-V3 BF16 block: 61 × 64 × (512 + 64) × 2 payload bytes.
 const V3_PAYLOAD_BYTES: usize = 4_497_408;
 /// Generous bound on anything that should be prompt (a loaded 2-core VM is slow).
 const PROMPT: Duration = Duration::from_secs(5);
 
-static NEXT: AtomicU32 = AtomicU32::new(1);
+/// Runs `case(mode)` as two tests, `NAME::stream` and `NAME::get`.
+macro_rules! in_both_modes {
+    ($name:ident, $case:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn stream() {
+                super::$case(kvfabric_transport::UcxMode::Stream).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn get() {
+                super::$case(kvfabric_transport::UcxMode::Get).await;
+            }
+        }
+    };
+}
 
 fn ns() -> NamespaceKey {
     NamespaceKey::derive("ucx-faults")
 }
 
-fn lo() -> SocketAddr {
-    "127.0.0.1:0".parse().expect("loopback")
-}
-
 async fn transport(config: TransportConfig, source: Arc<dyn BlockSource>) -> UcxTransport {
-    let name = format!("node{}", NEXT.fetch_add(1, Ordering::Relaxed));
-    UcxTransport::bind(config, name, lo(), source)
+    ucx_support::bind(config, source)
         .await
         .expect("UCX transport")
+}
+
+/// The suite's config, fetching in `mode` over TCP.
+fn suite_in(mode: UcxMode) -> TransportConfig {
+    in_mode(mode, TCP, suite_config())
 }
 
 async fn serving(blocks: &[&VerifiedBlock]) -> UcxTransport {
@@ -56,18 +76,44 @@ async fn client(config: TransportConfig) -> UcxTransport {
     transport(config, Arc::new(MemorySource::new())).await
 }
 
+in_both_modes!(
+    one_flipped_byte_is_rejected_counted_and_the_next_owner_serves,
+    flipped_byte
+);
+
+async fn flipped_byte(mode: UcxMode) {
+    flipped_byte_over(mode, TCP).await;
+}
+
+/// Get mode on one host: both servers stage the block into UCX shared memory, and the client
+/// reads the liar's copy out of its mapping (two threads filling and hashing the 4.5 MB
+/// block), then the honest one's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_flipped_byte_is_rejected_counted_and_the_next_owner_serves() {
+async fn one_flipped_byte_over_shared_memory_is_rejected_counted_and_the_next_owner_serves() {
+    flipped_byte_over(UcxMode::Get, SHARED_MEMORY).await;
+}
+
+async fn flipped_byte_over(mode: UcxMode, fabric: Fabric) {
+    // Servers lease in place over TCP (the suite's config as it is), stage over shared memory.
+    let server_config = || {
+        if fabric.stage_leases {
+            in_mode(mode, fabric, suite_config())
+        } else {
+            suite_config()
+        }
+    };
     let block = test_block(ns(), V3_PAYLOAD_BYTES, 1);
     let lying = MemorySource::new();
     lying.insert(block.clone());
     let liar = transport(
-        suite_config(),
+        server_config(),
         Arc::new(FlippingSource::new(lying, V3_PAYLOAD_BYTES / 2)),
     )
     .await;
-    let honest = serving(&[&block]).await;
-    let c = client(suite_config()).await;
+    let honest_source = MemorySource::new();
+    honest_source.insert(block.clone());
+    let honest = transport(server_config(), Arc::new(honest_source)).await;
+    let c = client(in_mode(mode, fabric, suite_config())).await;
 
     let owners = [liar.local_peer(), honest.local_peer()];
     let fetched = c
@@ -167,14 +213,18 @@ async fn a_peer_dying_mid_transfer_fails_the_fetch_promptly_and_nothing_is_insta
     assert_eq!(counters.fetches_in_flight, 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_a_peer_dies_the_next_owner_serves() {
+in_both_modes!(
+    after_a_peer_dies_the_next_owner_serves,
+    next_owner_after_death
+);
+
+async fn next_owner_after_death(mode: UcxMode) {
     let block = test_block(ns(), 1 << 20, 9);
     let mut dead = dying_peer();
     let dead_peer = dead.peer("dead");
     dead.kill();
     let honest = serving(&[&block]).await;
-    let c = client(suite_config()).await;
+    let c = client(suite_in(mode)).await;
     let owners = [dead_peer, honest.local_peer()];
     let fetched = c
         .fetch_from_owners(&owners, ns(), block.id())
@@ -188,11 +238,15 @@ async fn after_a_peer_dies_the_next_owner_serves() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn broken_requests_close_that_endpoint_and_the_server_keeps_serving_others() {
+in_both_modes!(
+    broken_requests_close_that_endpoint_and_the_server_keeps_serving_others,
+    broken_requests
+);
+
+async fn broken_requests(mode: UcxMode) {
     let block = test_block(ns(), 200_000, 3);
     let server = serving(&[&block]).await;
-    let good = client(suite_config()).await;
+    let good = client(suite_in(mode)).await;
     good.fetch(&server.local_peer(), ns(), block.id())
         .await
         .expect("before");
@@ -207,6 +261,15 @@ async fn broken_requests_close_that_endpoint_and_the_server_keeps_serving_others
         ..FrameHeader::fetch(ns(), block.id())
     }
     .encode();
+    let lease_as_request = FrameHeader {
+        kind: FrameKind::Lease,
+        length: 100,
+        ..FrameHeader::fetch(ns(), block.id())
+    }
+    .encode();
+    let mut release_with_length =
+        FrameHeader::request(FrameKind::Release, ns(), block.id()).encode();
+    release_with_length[71] = 8;
     let cases: Vec<(&str, Vec<u8>)> = vec![
         (
             "garbage",
@@ -217,7 +280,10 @@ async fn broken_requests_close_that_endpoint_and_the_server_keeps_serving_others
         ("oversized length", oversized.to_vec()),
         ("trailing bytes", trailing),
         ("wrong kind", wrong_kind.to_vec()),
+        ("a lease as a request", lease_as_request.to_vec()),
+        ("a release with a length", release_with_length.to_vec()),
     ];
+    let n = cases.len() as u64;
     for (i, (name, bytes)) in cases.into_iter().enumerate() {
         let raw = RawClient::connect(&TransportConfig::default(), server.local_addr())
             .expect("raw client");
@@ -242,10 +308,10 @@ async fn broken_requests_close_that_endpoint_and_the_server_keeps_serving_others
         assert_eq!(got.bytes(), block.bytes());
     }
     eventually(
-        "the server counts 4 closed endpoints and 5 blocks served",
+        "the server counts the closed endpoints and the blocks served",
         || {
             let s = server.counters();
-            s.connections_closed >= 4 && s.blocks_served >= 5
+            s.connections_closed >= n && s.blocks_served > n
         },
     )
     .await;
@@ -399,8 +465,12 @@ impl BlockSource for HalfStalling {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancelled_fetch_closes_its_endpoint_and_the_next_fetch_reconnects() {
+in_both_modes!(
+    a_cancelled_fetch_closes_its_endpoint_and_the_next_fetch_reconnects,
+    cancelled_fetch
+);
+
+async fn cancelled_fetch(mode: UcxMode) {
     let block = test_block(ns(), 300_000, 6);
     let fast = MemorySource::new();
     fast.insert(block.clone());
@@ -412,7 +482,7 @@ async fn a_cancelled_fetch_closes_its_endpoint_and_the_next_fetch_reconnects() {
         }),
     )
     .await;
-    let c = client(suite_config()).await;
+    let c = client(suite_in(mode)).await;
     let peer = server.local_peer();
     let dropped = tokio::time::timeout(
         Duration::from_millis(300),
@@ -435,8 +505,12 @@ async fn a_cancelled_fetch_closes_its_endpoint_and_the_next_fetch_reconnects() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pipelined_fetches_share_one_endpoint_and_come_back_in_order() {
+in_both_modes!(
+    pipelined_fetches_share_one_endpoint_and_come_back_in_order,
+    pipelined
+);
+
+async fn pipelined(mode: UcxMode) {
     let blocks: Vec<_> = (0..24)
         .map(|i| test_block(ns(), 100_000 + i * 4099, 50 + i as u64))
         .collect();
@@ -444,7 +518,7 @@ async fn pipelined_fetches_share_one_endpoint_and_come_back_in_order() {
     let server = serving(&refs).await;
     let config = TransportConfig {
         fetches_in_flight_max: 8,
-        ..suite_config()
+        ..suite_in(mode)
     };
     let c = client(config).await;
     let ids: Vec<BlockId> = blocks.iter().map(|b| b.id()).collect();
@@ -460,4 +534,149 @@ async fn pipelined_fetches_share_one_endpoint_and_come_back_in_order() {
         server.counters().blocks_served == 24
     })
     .await;
+    if mode == UcxMode::Get {
+        eventually("every lease was released", || {
+            let s = server.counters();
+            s.leases_granted == 24 && s.leases_held == 0
+        })
+        .await;
+    }
+}
+
+/// A server that leases a 32 MiB block dies (closes abruptly) while a get-mode client reads it
+/// 4 KiB at a time: the fetch fails promptly, typed, and nothing partial is installed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_dying_mid_read_fails_the_get_promptly_and_nothing_is_installed() {
+    let block = test_block(ns(), 32 << 20, 11);
+    let server = serving(&[&block]).await;
+    let mut config = TransportConfig {
+        fetch_timeout_ms: 20_000,
+        ..suite_in(UcxMode::Get)
+    };
+    config.ucx.recv_chunk_bytes = 4 << 10;
+    config.ucx.recv_chunks_posted = 1;
+    let c = client(config).await;
+    let fetch = {
+        let (c, peer, id) = (c.clone(), server.local_peer(), block.id());
+        tokio::spawn(async move { c.fetch(&peer, ns(), id).await })
+    };
+    let started = Instant::now();
+    while c.counters().bytes_in < 1 << 20 {
+        assert!(started.elapsed() < PROMPT, "the read never got going");
+        assert!(
+            !fetch.is_finished(),
+            "the read finished before the server died"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let killed = Instant::now();
+    server.close().await;
+    let result = fetch.await.expect("fetch task");
+    let took = killed.elapsed();
+    match &result {
+        Err(TransportError::ConnectionLost { reason, .. }) => {
+            assert!(reason.contains("bytes read one-sided"), "{reason}");
+        }
+        other => panic!("expected a lost connection, found {other:?}"),
+    }
+    assert!(took < PROMPT, "took {took:?} after the server died");
+    let counters = c.counters();
+    assert_eq!(
+        counters.fetches_ok, 0,
+        "nothing partial comes out as a block"
+    );
+    assert_eq!((counters.timeouts, counters.fetches_in_flight), (0, 0));
+    assert!(counters.bytes_in < block.bytes().len() as u64);
+}
+
+/// Broken answers to a `FetchRma`: each is refused with its error, counted, and closes the
+/// connection; nothing is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_leases_are_refused_counted_and_close_the_connection() {
+    type Respond = fn(FrameHeader) -> RawReply;
+    type Check = fn(&FrameError) -> bool;
+    fn lease(r: FrameHeader, descriptor: Vec<u8>) -> RawReply {
+        let mut bytes = FrameHeader {
+            kind: FrameKind::Lease,
+            length: descriptor.len() as u64,
+            ..r
+        }
+        .encode()
+        .to_vec();
+        bytes.extend_from_slice(&descriptor);
+        RawReply {
+            bytes,
+            then_close: false,
+        }
+    }
+    let cases: [(&str, Respond, Check); 4] = [
+        (
+            "a block where a lease belongs",
+            |r| RawReply {
+                bytes: FrameHeader {
+                    kind: FrameKind::Block,
+                    length: 10,
+                    ..r
+                }
+                .encode()
+                .to_vec(),
+                then_close: false,
+            },
+            |e| {
+                matches!(
+                    e,
+                    FrameError::UnexpectedKind {
+                        found: FrameKind::Block,
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "an oversized descriptor",
+            |r| RawReply {
+                bytes: FrameHeader {
+                    kind: FrameKind::Lease,
+                    length: LEASE_DESCRIPTOR_BYTES_MAX as u64 + 1,
+                    ..r
+                }
+                .encode()
+                .to_vec(),
+                then_close: false,
+            },
+            |e| matches!(e, FrameError::BadLeaseLength { .. }),
+        ),
+        (
+            "a descriptor whose parts do not add up",
+            |r| lease(r, vec![0; 40]),
+            |e| matches!(e, FrameError::BadLease(_)),
+        ),
+        (
+            "a leased block above max_frame_bytes",
+            |r| {
+                let d = LeaseDescriptor {
+                    block_len: 1 << 40,
+                    remote_addr: 0x1000,
+                    rkey: vec![1; 16],
+                    worker_address: vec![2; 16],
+                };
+                lease(r, d.encode())
+            },
+            |e| matches!(e, FrameError::TooLarge { found, .. } if *found == 1 << 40),
+        ),
+    ];
+    let c = client(suite_in(UcxMode::Get)).await;
+    for (i, (name, respond, check)) in cases.into_iter().enumerate() {
+        let peer = answering_peer(respond);
+        match c.fetch(&peer.peer("raw"), ns(), BlockId([1; 32])).await {
+            Err(TransportError::Protocol { error, .. }) => {
+                assert!(check(&error), "{name}: {error}")
+            }
+            other => panic!("{name}: expected a protocol error, found {other:?}"),
+        }
+        let counters = c.counters();
+        assert_eq!(counters.protocol_violations, i as u64 + 1, "{name}");
+        assert_eq!(counters.connections_closed, i as u64 + 1, "{name}: closed");
+        assert_eq!(counters.fetches_ok, 0, "{name}");
+    }
 }

@@ -7,17 +7,22 @@
 //! repetitions and summing: (b) a plain TCP copy of the same bytes (tokio, no TLS) — the
 //! baseline; (a) QUIC fetch with verification; (c) QUIC fetch without verification (same
 //! receive path, a sink that copies but does not hash); (s) QUIC with quinn's stock MTU and
-//! window settings, verified; (d) UCX fetch with verification and (du) without, where built
-//! (the `ucx` feature; UCX over TCP on loopback unless `--ucx-tls` says otherwise). Each prints
-//! GB/s, its ratio to (b), and CPU seconds per GB (client + server process). The last lines
-//! are `ratio quic_over_tcp <a / b>` and, with UCX, `ratio ucx_over_tcp <d / b>`.
+//! window settings, verified; where built (the `ucx` feature): (d)/(du) UCX stream mode,
+//! verified and not (over TCP on loopback unless `--ucx-tls` says otherwise), (gt) UCX get
+//! mode over TCP (gets emulated by UCX), verified, and (g)/(gu) UCX get mode over
+//! `--ucx-shm-tls` (default `sm,tcp`; the server stages leased blocks in UCX shared memory, so
+//! a get is one copy by the reader), verified and not. Each prints GB/s, its ratio to (b), and
+//! CPU seconds per GB (client + server process). With UCX the lines `ratio ucx_over_tcp
+//! <d / b>`, `ratio ucx_get_tcp_over_tcp <gt / b>` and `ratio ucx_get_over_tcp <g / b>` come
+//! first; the last line is always `ratio quic_over_tcp <a / b>`.
 //!
 //! Options (forwarded to the server process): `--blocks N` distinct blocks (16), `--rounds R`
 //! fetches of each per repetition (20), `--inflight K` fetches in flight (1), `--workers N`
 //! and `--server-workers N` tokio threads per process (1 each: two processes, two cores),
 //! `--mtu`, `--max-udp`, `--stream-window`, `--conn-window`, `--send-window`,
 //! `--socket-buffer` (bytes), `--no-mtud`, `--gso`, `--fair`, `--skip-stock`; for UCX
-//! `--ucx-tls TLS`, `--ucx-chunk BYTES`, `--ucx-posted N`, `--ucx-set NAME=VALUE`. With
+//! `--ucx-tls TLS`, `--ucx-shm-tls TLS`, `--ucx-chunk BYTES`, `--ucx-posted N`,
+//! `--ucx-set NAME=VALUE`. With
 //! `BENCH_STATS=1` it also prints quinn's path statistics of both client connections.
 
 mod client;
@@ -25,6 +30,8 @@ mod cpu;
 mod opts;
 mod phases;
 mod server;
+#[cfg(feature = "ucx")]
+mod ucx;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -58,7 +65,7 @@ pub fn run(args: &[String], server_args: &[&str]) -> anyhow::Result<()> {
     opts.tuned().validate()?;
     let dir = tempfile::tempdir()?;
     generate_cluster(dir.path(), 2)?;
-    let (mut child, ids, [quic_tuned, quic_stock, tcp_addr, ucx_addr]) =
+    let (mut child, ids, [quic_tuned, quic_stock, tcp_addr, ucx_addr, ucx_shm_addr]) =
         spawn_server(dir.path(), &opts, server_args)?;
     let result = runtime(opts.workers).and_then(|rt| {
         rt.block_on(client::bench(
@@ -66,7 +73,13 @@ pub fn run(args: &[String], server_args: &[&str]) -> anyhow::Result<()> {
             dir.path(),
             child.id(),
             &ids,
-            [&quic_tuned, &quic_stock, &tcp_addr, &ucx_addr],
+            [
+                &quic_tuned,
+                &quic_stock,
+                &tcp_addr,
+                &ucx_addr,
+                &ucx_shm_addr,
+            ],
         ))
     });
     drop(child.stdin.take());
@@ -75,12 +88,12 @@ pub fn run(args: &[String], server_args: &[&str]) -> anyhow::Result<()> {
 }
 
 /// Starts the server process and reads its block ids and addresses (QUIC tuned, QUIC stock,
-/// TCP, UCX or `-`).
+/// TCP, UCX over `--ucx-tls` and UCX over `--ucx-shm-tls` with staged leases, or `-`).
 fn spawn_server(
     dir: &Path,
     opts: &Opts,
     server_args: &[&str],
-) -> anyhow::Result<(Child, Vec<BlockId>, [String; 4])> {
+) -> anyhow::Result<(Child, Vec<BlockId>, [String; 5])> {
     let mut child = Command::new(std::env::current_exe()?)
         .args(server_args)
         .arg("--serve")
@@ -97,8 +110,8 @@ fn spawn_server(
         let parts: Vec<&str> = line.split_whitespace().collect();
         match parts.as_slice() {
             ["id", hex] => ids.push(BlockId::from_hex(hex)?),
-            ["ready", a, b, c, d] => {
-                let addrs = [a, b, c, d].map(|s| s.to_string());
+            ["ready", a, b, c, d, e] => {
+                let addrs = [a, b, c, d, e].map(|s| s.to_string());
                 return Ok((child, ids, addrs));
             }
             _ => bail!("unexpected line from the server: {line}"),

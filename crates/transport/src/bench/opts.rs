@@ -20,6 +20,9 @@ pub(crate) struct Opts {
     /// UCX settings under test (phase (d), with the `ucx` feature).
     #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
     pub(crate) ucx: UcxTuning,
+    /// `ucx.tls` of the get-mode phase over shared memory (leases staged in UCX memory).
+    #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
+    pub(crate) ucx_shm_tls: String,
     /// Tokio worker threads of the client process (0: the calling thread alone).
     pub(crate) workers: usize,
     /// Tokio worker threads of the server process (0: the calling thread alone).
@@ -40,6 +43,7 @@ impl Opts {
             tuning: QuicTuning::default(),
             skip_stock: false,
             ucx: UcxTuning::default(),
+            ucx_shm_tls: "sm,tcp".into(),
             workers: 1,
             server_workers: 1,
             serve: None,
@@ -87,19 +91,25 @@ impl Opts {
                 }
                 "--ucx-chunk" => o.ucx.recv_chunk_bytes = value(a)? as usize,
                 "--ucx-posted" => o.ucx.recv_chunks_posted = value(a)? as usize,
-                "--ucx-tls" | "--ucx-set" => {
+                "--ucx-tls" | "--ucx-set" | "--ucx-shm-tls" => {
                     let v = it
                         .next()
                         .ok_or_else(|| anyhow::anyhow!("{a} needs a value"))?;
                     o.raw.extend([a.clone(), v.clone()]);
                     if a == "--ucx-tls" {
                         o.ucx.tls = v.clone();
+                    } else if a == "--ucx-shm-tls" {
+                        o.ucx_shm_tls = v.clone();
                     } else {
                         let (name, val) = v
                             .split_once('=')
                             .ok_or_else(|| anyhow::anyhow!("--ucx-set NAME=VALUE, found {v}"))?;
                         o.ucx.settings.push((name.to_string(), val.to_string()));
                     }
+                }
+                "--ucx-copy-thread" => {
+                    o.ucx.copy_thread = true;
+                    o.raw.push(a.clone());
                 }
                 "--skip-stock" => {
                     o.skip_stock = true;
@@ -124,6 +134,16 @@ impl Opts {
             ucx: self.ucx.clone(),
             ..TransportConfig::default()
         }
+    }
+
+    /// The tuned config fetching in UCX get mode over `tls`, staging leases or not.
+    #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
+    pub(crate) fn ucx_get(&self, tls: &str, stage_leases: bool) -> TransportConfig {
+        let mut config = self.tuned();
+        config.ucx.mode = crate::UcxMode::Get;
+        config.ucx.tls = tls.to_string();
+        config.ucx.stage_leases = stage_leases;
+        config
     }
 
     /// quinn's stock settings as far as the config reaches them: 1200-byte initial MTU, 1472

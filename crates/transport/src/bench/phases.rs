@@ -13,7 +13,10 @@ use tokio::task::JoinSet;
 use super::{cpu, ns};
 use crate::{BlockReceiver, PayloadSink, PeerAddr, QuicTransport, ReceiveError, TransportError};
 
-/// Copies like the verifying receiver, without hashing: what verification costs.
+/// Copies like the verifying receiver, without hashing: what verification costs. Like it,
+/// it lends its buffer to one-sided reads (bytes land in place, once); it takes no whole
+/// blocks at once (those are the verifying receiver's two-thread path), so a mapped read
+/// into it is copied chunk by chunk on one thread.
 pub(crate) struct CopySink(pub(crate) Vec<u8>);
 
 impl PayloadSink for CopySink {
@@ -24,6 +27,15 @@ impl PayloadSink for CopySink {
     fn push(&mut self, chunk: &[u8]) -> Result<(), ReceiveError> {
         self.0.extend_from_slice(chunk);
         Ok(())
+    }
+    fn lend(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.0)
+    }
+    fn landed(&mut self, _bytes: &[u8]) -> Result<(), ReceiveError> {
+        Ok(())
+    }
+    fn restore(&mut self, buf: Vec<u8>) {
+        self.0 = buf;
     }
     fn finish(self) -> Result<Vec<u8>, ReceiveError> {
         Ok(self.0)
@@ -220,6 +232,22 @@ impl PayloadSink for Verifying {
     }
     fn push(&mut self, chunk: &[u8]) -> Result<(), ReceiveError> {
         self.0.push(chunk)
+    }
+    fn lend(&mut self) -> Vec<u8> {
+        self.0.lend()
+    }
+    fn landed(&mut self, bytes: &[u8]) -> Result<(), ReceiveError> {
+        self.0.landed(bytes)
+    }
+    fn restore(&mut self, buf: Vec<u8>) {
+        self.0.restore(buf)
+    }
+    unsafe fn fill_whole(
+        &mut self,
+        fill: &kvfabric_store::hash_parallel::Fill<'_, std::convert::Infallible>,
+    ) -> bool {
+        // SAFETY: forwarded from this method's contract on `fill`.
+        unsafe { self.0.fill_whole(fill) }
     }
     fn finish(self) -> Result<Verified, ReceiveError> {
         self.0.finish().map(Verified)

@@ -1,8 +1,9 @@
 //! The bench's second process: serves the blocks over QUIC (tuned and stock), plain TCP, and
 //! UCX where built (`ucx` feature).
 //!
-//! Prints `id HEX` per block, then `ready QUIC_TUNED QUIC_STOCK TCP UCX` (UCX is `-` when not
-//! built), then serves until its standard input closes (the parent exiting or dropping the
+//! Prints `id HEX` per block, then `ready QUIC_TUNED QUIC_STOCK TCP UCX UCX_SHM` (the UCX
+//! transport over `--ucx-tls`, and one over `--ucx-shm-tls` that stages the blocks it leases
+//! in UCX shared memory; `-` when not built), then serves until its standard input closes (the parent exiting or dropping the
 //! pipe ends it).
 
 use std::io::{BufRead, Write};
@@ -63,9 +64,17 @@ pub(crate) fn run(dir: &Path, opts: &Opts) -> anyhow::Result<()> {
         #[cfg(feature = "ucx")]
         let ucx = crate::UcxTransport::bind(opts.tuned(), "node1", lo, source.clone()).await?;
         #[cfg(feature = "ucx")]
-        let ucx_addr = ucx.local_addr().to_string();
+        let ucx_shm = crate::UcxTransport::bind(
+            opts.ucx_get(&opts.ucx_shm_tls, true),
+            "node1",
+            lo,
+            source.clone(),
+        )
+        .await?;
+        #[cfg(feature = "ucx")]
+        let ucx_addr = format!("{} {}", ucx.local_addr(), ucx_shm.local_addr());
         #[cfg(not(feature = "ucx"))]
-        let ucx_addr = "-".to_string();
+        let ucx_addr = "- -".to_string();
         let tcp = TcpListener::bind("127.0.0.1:0").await?;
         let raw: Arc<Vec<Bytes>> = Arc::new(
             blocks
@@ -95,7 +104,7 @@ pub(crate) fn run(dir: &Path, opts: &Opts) -> anyhow::Result<()> {
         .await?;
         drop((tuned, stock));
         #[cfg(feature = "ucx")]
-        drop(ucx);
+        drop((ucx, ucx_shm));
         Ok(())
     })
 }

@@ -14,6 +14,41 @@ pub const RECV_CHUNK_BYTES_MAX: usize = 64 << 20;
 pub const RECV_CHUNKS_POSTED_MAX: usize = 16;
 /// Most extra UCX settings accepted.
 pub const UCX_SETTINGS_MAX: usize = 64;
+/// Largest `leases_per_connection_max`.
+pub const LEASES_PER_CONNECTION_MAX: usize = 4096;
+
+/// How a UCX client fetches a block's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UcxMode {
+    /// The server sends the block on the UCP stream (two-sided; `ucp_stream_send_nbx`).
+    Stream,
+    /// The server maps the block and answers with a lease (address and rkey); the client reads
+    /// it with one-sided gets (`ucp_get_nbx`): a CMA read on one host, an RDMA READ with
+    /// `tls = "rc"`, emulated by UCX over `tcp`.
+    Get,
+}
+
+impl UcxMode {
+    /// The name in config files and bench options.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UcxMode::Stream => "stream",
+            UcxMode::Get => "get",
+        }
+    }
+
+    /// Parses `stream` or `get`.
+    pub fn parse(s: &str) -> Result<UcxMode, TransportError> {
+        match s {
+            "stream" => Ok(UcxMode::Stream),
+            "get" => Ok(UcxMode::Get),
+            other => Err(TransportError::Config {
+                field: "ucx.mode",
+                reason: format!("expected \"stream\" or \"get\", found {other:?}"),
+            }),
+        }
+    }
+}
 
 /// UCX settings and receive sizes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +65,32 @@ pub struct UcxTuning {
     pub recv_chunk_bytes: usize,
     /// Receives posted ahead per connection while a payload streams in (2: double
     /// buffering). Memory per client connection is `recv_chunk_bytes × recv_chunks_posted`.
+    /// In `get` mode: gets of `recv_chunk_bytes` posted ahead per block being read (they land
+    /// in the block's own buffer, so they cost no extra memory).
     pub recv_chunks_posted: usize,
+    /// How this side fetches: `stream` (the server sends) or `get` (one-sided reads of a
+    /// block the server maps). A server answers both, whatever its own mode.
+    pub mode: UcxMode,
+    /// Leases (mapped blocks awaiting the client's `Release`) one server connection may hold;
+    /// a `FetchRma` past it is answered `Unavailable` (counted in `leases_refused`). Keep it at
+    /// least the clients' `fetches_in_flight_max`. A lease also ends when its connection
+    /// closes or after `fetch_timeout_ms`.
+    pub leases_per_connection_max: usize,
+    /// Server side of get mode: copy each leased block into memory UCX allocates (shared
+    /// memory when `tls` has `sm`, `posix` or `sysv`), from a pool reused from lease to lease,
+    /// instead of mapping the block where it lies. On one host this is what makes a get a
+    /// plain memory copy by the reader: UCX 1.13 reads another process's memory directly only
+    /// out of its shared-memory regions (its CMA transport does not serve user gets), and
+    /// reads other memory through emulation (over `tcp`). Off on RDMA fabrics (`rc`), where
+    /// the NIC reads the mapped block in place with no copy at all.
+    pub stage_leases: bool,
+    /// Client side of get mode, where UCX maps a leased block into this process (staged
+    /// leases on one host) and the block is read chunk by chunk (below 1 MiB, a sink that
+    /// does not verify, or no second hashing thread): copy it on a helper thread while the
+    /// progress thread hashes the chunks already copied, instead of copying and hashing in
+    /// turn on the progress thread. Verified blocks of 1 MiB and up are always copied and
+    /// hashed by two threads, each on its own part (see the crate docs).
+    pub copy_thread: bool,
 }
 
 impl Default for UcxTuning {
@@ -41,6 +101,10 @@ impl Default for UcxTuning {
             // One hash batch (receive::HASH_BATCH_BYTES): each chunk is hashed in one call.
             recv_chunk_bytes: 512 << 10,
             recv_chunks_posted: 2,
+            mode: UcxMode::Stream,
+            leases_per_connection_max: 32,
+            stage_leases: false,
+            copy_thread: false,
         }
     }
 }
@@ -67,6 +131,15 @@ impl UcxTuning {
                 format!(
                     "expected 1..={RECV_CHUNKS_POSTED_MAX}, found {}",
                     self.recv_chunks_posted
+                ),
+            );
+        }
+        if !(1..=LEASES_PER_CONNECTION_MAX).contains(&self.leases_per_connection_max) {
+            return bad(
+                "ucx.leases_per_connection_max",
+                format!(
+                    "expected 1..={LEASES_PER_CONNECTION_MAX}, found {}",
+                    self.leases_per_connection_max
                 ),
             );
         }
@@ -124,10 +197,27 @@ mod tests {
         t.recv_chunks_posted = 0;
         assert_eq!(field_of(&t), "ucx.recv_chunks_posted");
         let mut t = d.clone();
+        t.leases_per_connection_max = 0;
+        assert_eq!(field_of(&t), "ucx.leases_per_connection_max");
+        let mut t = d.clone();
         t.settings = vec![("UCX_TLS".into(), "rc".into())];
         assert_eq!(field_of(&t), "ucx.settings");
         let mut t = d;
         t.settings = vec![("TCP_SNDBUF".into(), "4m\0".into())];
         assert_eq!(field_of(&t), "ucx.settings");
+    }
+
+    #[test]
+    fn modes_parse_by_name_and_refuse_others() {
+        for m in [UcxMode::Stream, UcxMode::Get] {
+            assert_eq!(UcxMode::parse(m.as_str()).expect("known"), m);
+        }
+        match UcxMode::parse("put") {
+            Err(TransportError::Config { field, reason }) => {
+                assert_eq!(field, "ucx.mode");
+                assert!(reason.contains("\"put\""), "{reason}");
+            }
+            other => panic!("expected a config error, found {other:?}"),
+        }
     }
 }

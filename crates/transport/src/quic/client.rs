@@ -251,7 +251,12 @@ impl Client {
                     id,
                 })
             }
-            FrameKind::Unavailable | FrameKind::Fetch => {
+            // decode_response lets only Block, NotFound and Unavailable answer a Fetch.
+            FrameKind::Unavailable
+            | FrameKind::Fetch
+            | FrameKind::Lease
+            | FrameKind::FetchRma
+            | FrameKind::Release => {
                 return Err(TransportError::Unavailable {
                     peer: peer.clone(),
                     id,

@@ -111,6 +111,13 @@ impl Server {
             Err(ReadExactError::ReadError(_)) => return Err(RequestError::Lost),
         }
         let request = decode_request(&head).map_err(RequestError::Violation)?;
+        // One-sided reads (`FetchRma`, `Release`) are a UCX mode; over QUIC only `Fetch`.
+        if request.kind != FrameKind::Fetch {
+            return Err(RequestError::Violation(FrameError::UnexpectedKind {
+                expected: "Fetch",
+                found: request.kind,
+            }));
+        }
         // A request is the header and nothing else: the stream must end right there.
         match recv.read_chunk(1, true).await {
             Ok(None) => Ok(request),

@@ -11,8 +11,9 @@ use std::ptr;
 
 use ucx_sys::{
     status_string, ucp_cleanup, ucp_config_modify, ucp_config_read, ucp_config_release,
-    ucp_config_t, ucp_context_h, ucp_feature_UCP_FEATURE_STREAM, ucp_feature_UCP_FEATURE_WAKEUP,
-    ucp_init, ucp_params_field_UCP_PARAM_FIELD_FEATURES, ucp_params_t, ucs_status_t,
+    ucp_config_t, ucp_context_h, ucp_feature_UCP_FEATURE_RMA, ucp_feature_UCP_FEATURE_STREAM,
+    ucp_feature_UCP_FEATURE_WAKEUP, ucp_init, ucp_params_field_UCP_PARAM_FIELD_FEATURES,
+    ucp_params_t, ucs_status_t,
 };
 
 use crate::config::TransportConfig;
@@ -68,14 +69,27 @@ impl Drop for ConfigGuard {
     }
 }
 
-/// An initialised UCP context (stream API and wake-up events).
+/// An initialised UCP context (streams, one-sided reads, wake-up events).
 pub(crate) struct Context {
     handle: ucp_context_h,
 }
 
 impl Context {
-    /// Reads the UCX config, applies [`settings`], and initialises a context.
+    /// Reads the UCX config, applies [`settings`], and initialises a context: streams,
+    /// one-sided reads (get mode) and wake-up events (what the progress thread sleeps on).
     pub(crate) fn new(config: &TransportConfig) -> Result<Context, TransportError> {
+        Context::with_features(
+            config,
+            ucp_feature_UCP_FEATURE_STREAM
+                | ucp_feature_UCP_FEATURE_RMA
+                | ucp_feature_UCP_FEATURE_WAKEUP,
+        )
+    }
+
+    fn with_features(
+        config: &TransportConfig,
+        features: ucx_sys::ucp_feature,
+    ) -> Result<Context, TransportError> {
         let mut raw: *mut ucp_config_t = ptr::null_mut();
         // SAFETY: null prefix and file mean the default `UCX_` prefix and no config file; `raw`
         // is a valid place for the result.
@@ -98,7 +112,7 @@ impl Context {
         }
         let params = ucp_params_t {
             field_mask: ucp_params_field_UCP_PARAM_FIELD_FEATURES as u64,
-            features: (ucp_feature_UCP_FEATURE_STREAM | ucp_feature_UCP_FEATURE_WAKEUP) as u64,
+            features: features as u64,
             ..Default::default()
         };
         let mut handle: ucp_context_h = ptr::null_mut();

@@ -12,13 +12,15 @@ use ucx_sys::{
     ucp_ep_params_field_UCP_EP_PARAM_FIELD_CONN_REQUEST,
     ucp_ep_params_field_UCP_EP_PARAM_FIELD_ERR_HANDLER,
     ucp_ep_params_field_UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
-    ucp_ep_params_field_UCP_EP_PARAM_FIELD_FLAGS, ucp_ep_params_field_UCP_EP_PARAM_FIELD_SOCK_ADDR,
+    ucp_ep_params_field_UCP_EP_PARAM_FIELD_FLAGS,
+    ucp_ep_params_field_UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
+    ucp_ep_params_field_UCP_EP_PARAM_FIELD_SOCK_ADDR,
     ucp_ep_params_flags_field_UCP_EP_PARAMS_FLAGS_CLIENT_SERVER, ucp_ep_params_t,
-    ucp_err_handler_t, ucp_err_handling_mode_t_UCP_ERR_HANDLING_MODE_PEER,
-    ucp_op_attr_t_UCP_OP_ATTR_FIELD_CALLBACK, ucp_op_attr_t_UCP_OP_ATTR_FIELD_FLAGS,
-    ucp_op_attr_t_UCP_OP_ATTR_FIELD_USER_DATA, ucp_request_param_t,
-    ucp_stream_recv_flags_t_UCP_STREAM_RECV_FLAG_WAITALL, ucp_stream_recv_nbx, ucp_stream_send_nbx,
-    ucs_sock_addr_t,
+    ucp_err_handler_t, ucp_err_handling_mode_t_UCP_ERR_HANDLING_MODE_NONE,
+    ucp_err_handling_mode_t_UCP_ERR_HANDLING_MODE_PEER, ucp_op_attr_t_UCP_OP_ATTR_FIELD_CALLBACK,
+    ucp_op_attr_t_UCP_OP_ATTR_FIELD_FLAGS, ucp_op_attr_t_UCP_OP_ATTR_FIELD_USER_DATA,
+    ucp_request_param_t, ucp_stream_recv_flags_t_UCP_STREAM_RECV_FLAG_WAITALL, ucp_stream_recv_nbx,
+    ucp_stream_send_nbx, ucs_sock_addr_t,
 };
 
 use crate::error::TransportError;
@@ -52,19 +54,26 @@ impl Endpoint {
         worker: &Worker,
         conn: ConnId,
         mut params: ucp_ep_params_t,
+        peer_errors: bool,
     ) -> Result<Endpoint, TransportError> {
         let ctx = Box::new(EpCtx {
             queue: worker.queue(),
             conn,
         });
-        params.field_mask |= (ucp_ep_params_field_UCP_EP_PARAM_FIELD_ERR_HANDLER
-            | ucp_ep_params_field_UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE)
-            as u64;
-        params.err_mode = ucp_err_handling_mode_t_UCP_ERR_HANDLING_MODE_PEER;
-        params.err_handler = ucp_err_handler_t {
-            cb: Some(on_failed),
-            arg: (&*ctx as *const EpCtx).cast_mut().cast(),
-        };
+        params.field_mask |= ucp_ep_params_field_UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE as u64;
+        if peer_errors {
+            params.field_mask |= ucp_ep_params_field_UCP_EP_PARAM_FIELD_ERR_HANDLER as u64;
+            params.err_mode = ucp_err_handling_mode_t_UCP_ERR_HANDLING_MODE_PEER;
+            params.err_handler = ucp_err_handler_t {
+                cb: Some(on_failed),
+                arg: (&*ctx as *const EpCtx).cast_mut().cast(),
+            };
+        } else {
+            // No handler either: seen with UCX 1.13, a read endpoint (no peer error handling)
+            // whose peer died had its handler called after its close had completed, with the
+            // context already freed. Its failures show on the stream endpoint instead.
+            params.err_mode = ucp_err_handling_mode_t_UCP_ERR_HANDLING_MODE_NONE;
+        }
         let mut handle: ucp_ep_h = ptr::null_mut();
         // SAFETY: the worker is live and ours; params (and the sockaddr or connection request
         // they point at) are valid for the call; the error context is boxed and kept until
@@ -103,7 +112,28 @@ impl Endpoint {
             ..Default::default()
         };
         // `sa` lives to the end of this function, past the call; UCX copies the address.
-        Endpoint::create(worker, conn, params)
+        Endpoint::create(worker, conn, params, true)
+    }
+
+    /// Connects straight to the worker whose address is `address` (from a lease descriptor),
+    /// for one-sided reads only, under the same `conn` as the stream endpoint it serves.
+    ///
+    /// Without peer error handling: UCX 1.13 offers CMA (and the other shared-memory
+    /// transports) only to endpoints that do not ask for it, and a client-server endpoint
+    /// never uses them. A dead peer is noticed on the stream endpoint (which has it), whose
+    /// end force-closes this one and so cancels its reads.
+    pub(crate) fn to_worker(
+        worker: &Worker,
+        conn: ConnId,
+        address: &[u8],
+    ) -> Result<Endpoint, TransportError> {
+        let params = ucp_ep_params_t {
+            field_mask: ucp_ep_params_field_UCP_EP_PARAM_FIELD_REMOTE_ADDRESS as u64,
+            address: address.as_ptr().cast(),
+            ..Default::default()
+        };
+        // `address` outlives the call; UCX copies what it needs.
+        Endpoint::create(worker, conn, params, false)
     }
 
     /// Accepts a connection request from the listener.
@@ -117,7 +147,7 @@ impl Endpoint {
             conn_request: request.0,
             ..Default::default()
         };
-        Endpoint::create(worker, conn, params)
+        Endpoint::create(worker, conn, params, true)
     }
 
     /// Sends what `keep` holds, in order; completion arrives as [`Event::Sent`] for `kind`.
@@ -146,7 +176,7 @@ impl Endpoint {
             Keep::Header(h) => (h.as_ptr(), h.len()),
             Keep::Bytes(b) => (b.as_ptr(), b.len()),
             Keep::Buf(b) => (b.as_ptr(), b.len()),
-            Keep::Endpoint(_) => (ptr::null(), 0),
+            Keep::Endpoint(_) | Keep::Get(..) => (ptr::null(), 0),
         };
         let op = OpId {
             conn: self.conn,
@@ -214,6 +244,22 @@ impl Endpoint {
             unsafe { ucp_stream_recv_nbx(self.handle, data.cast(), len, &mut length, &param) };
         // SAFETY: `ctx` is the user_data of this call.
         unsafe { settle(ret, ctx, Some(length)) };
+    }
+
+    /// The raw handle, for unpacking rkeys and posting one-sided reads (`rma`).
+    pub(crate) fn handle(&self) -> ucp_ep_h {
+        self.handle
+    }
+
+    /// The endpoint's id and event queue, for operations posted elsewhere (`rma`).
+    pub(crate) fn op(&self, kind: OpKind) -> (OpId, *const EventQueue) {
+        (
+            OpId {
+                conn: self.conn,
+                kind,
+            },
+            self.queue,
+        )
     }
 
     /// Force-closes the endpoint (on drop): UCX cancels its posted operations (their callbacks

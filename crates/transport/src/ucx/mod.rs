@@ -1,6 +1,8 @@
 //! [`UcxTransport`]: blocks over UCX (`ucx` feature), through the in-tree `ucx-sys` bindings to
 //! the system's libucx; on TCP by default (`UCX_TLS=tcp`, runs anywhere, loopback included),
-//! on InfiniBand / RoCE with `ucx.tls = "rc"` where the fabric has it.
+//! on InfiniBand / RoCE with `ucx.tls = "rc"` where the fabric has it. Two fetch modes:
+//! `stream` (the default: the server sends the block) and `get` (the server leases it and the
+//! client reads it one-sided).
 //!
 //! Same semantics as [`crate::QuicTransport`]: the same [`crate::frame`] header, the same
 //! [`BlockSource`], the same counters, typed errors, bounds and timeouts, and the same
@@ -17,6 +19,35 @@
 //!   chunk to the verifying [`BlockReceiver`] while the next is already posted (`client`);
 //!   the server looks blocks up on tokio and sends the source's `Bytes` as they are
 //!   (`server`).
+//! - **Get mode** (`ucx.mode = "get"`, the one-sided read path, the shape of an RDMA READ).
+//!   The client sends `FetchRma`; the server maps the block (`mapped`: in place with
+//!   `ucp_mem_map`, or, with `ucx.stage_leases`, copied into a reused region UCX allocated in
+//!   shared memory), packs its rkey and answers `Lease` with a bounded descriptor (block
+//!   length, address, rkey, the server worker's address; [`crate::lease`]); it holds the
+//!   lease until the client's `Release`, the endpoint's end or `fetch_timeout_ms`, at most
+//!   `ucx.leases_per_connection_max` per endpoint (counted: `leases_*`). The client connects
+//!   a read endpoint to that worker address (once per connection), unpacks the rkey (kept
+//!   unpacked per connection: staged regions repeat) and reads the block straight into the
+//!   verifying receiver's own destination buffer, lent to it: with `ucp_get_nbx` in chunks of
+//!   `ucx.recv_chunk_bytes`, `ucx.recv_chunks_posted` ahead, each chunk hashed in order as it
+//!   lands while later gets are in flight; or, where UCX maps the leased memory into this
+//!   process (`ucp_rkey_ptr`, shared memory), by copying it out of the mapping: a block of
+//!   1 MiB and up by two threads, the progress thread and one scoped helper, each copying its
+//!   part of the blake3 tree piece by piece (256 KiB) and hashing each piece right after its
+//!   copy, the two parts' chaining values merged into the same keyed id as one pass
+//!   (`kvfabric_store::hash_parallel::fill_and_verify_two_threads`); a smaller block, or no
+//!   helper thread, chunk by chunk on the progress thread, each chunk hashed right after its
+//!   copy (`rma`, `client::read`). Only a full match becomes a block; then the client sends
+//!   `Release`. What this is on each fabric: **across hosts on InfiniBand/RoCE**
+//!   with `tls = "rc"` the gets are RDMA READs of the block mapped in place, no copy on the
+//!   server (not run here: no RDMA device); **on one host** with `tls = "sm,tcp"` and
+//!   `stage_leases` the server copies the block once into UCX shared memory and the reader
+//!   copies it out once — no NIC, no network, so comparing it with TCP on loopback is a
+//!   same-host comparison; **over `tcp`** UCX emulates the get with messages. UCX 1.13's CMA
+//!   transport (`process_vm_readv`) does not serve user gets (measured: `UCX_TLS=cma,tcp`
+//!   gets run at TCP-emulation speed), and UCX offers shared memory only to endpoints
+//!   without peer error handling and made from a worker address, hence the separate read
+//!   endpoint (a dead server is noticed on the stream endpoint, whose end force-closes it).
 //! - **Memory safety at the FFI boundary.** Every buffer UCX may touch is owned by its
 //!   operation's heap context until UCX's callback hands it back (`ops`); a fetch that times
 //!   out (or is dropped) closes its endpoint (responses are FIFO: one cannot be skipped),
@@ -35,28 +66,42 @@
 //! - **No TLS.** UCX carries no authentication or encryption: use it only on a trusted fabric.
 //!   Every block is still verified against its id, so a peer can refuse service but cannot
 //!   make this side accept wrong bytes. The [`PeerAddr`] name is a label here, not checked.
+//! - **An rkey opens memory.** In get mode a lease's rkey lets the peer read the mapped pages
+//!   (with page granularity: neighbouring bytes on those pages too, for a lease mapped in
+//!   place), and a staged lease's shared-memory region while it is attached; with CMA a peer
+//!   can read the whole process. The client hands the peer's rkey and worker address to UCX
+//!   as they come (their lengths bounded, their contents opaque): a malicious server could
+//!   feed UCX garbage. Trusted fabrics only, again.
+//! - **A lease can outlive its reader's interest.** If the client vanishes without `Release`,
+//!   the block stays mapped (and a staged region taken) until the endpoint fails or
+//!   `fetch_timeout_ms` passes.
 //! - **UCX buffers what arrives unasked.** The transport bounds what it asks for (requests by
 //!   slots, payloads by `max_frame_bytes`), but the UCP stream API keeps bytes that arrive
 //!   before a receive is posted in UCX's own buffers; a peer that floods an endpoint costs
 //!   memory until the endpoint closes. Another reason for a trusted fabric.
 //! - **One thread does the receiving.** Chunks are copied and hashed on the progress thread,
-//!   which also drives every other endpoint of the transport.
+//!   which also drives every other endpoint of the transport (in get mode too: a direct read
+//!   of a 4.5 MB block holds the thread for its copy and hash, about 1.5 ms here, or for its
+//!   half of them while the helper thread does the other half).
 //!
 //! Submodules: `context` (config and init), `worker` (worker, events, waker), `endpoint`,
 //! `listener` and `ops` (UCP objects, operations, callbacks), `proto` (sans-IO protocol),
-//! `receipt`, `mailbox`, `client`, `server`, `progress`, and [`raw`] (misbehaving peers for
-//! the fault tests).
+//! `receipt`, `mailbox`, `client` (with `client::read`, get mode), `server`, `mapped` (leased
+//! blocks, staging), `rma` (rkeys, landing buffers, gets), `progress`, and [`raw`]
+//! (misbehaving peers for the fault tests).
 
 mod client;
 mod context;
 mod endpoint;
 mod listener;
 mod mailbox;
+mod mapped;
 mod ops;
 mod progress;
 mod proto;
 pub mod raw;
 mod receipt;
+mod rma;
 mod server;
 mod worker;
 
@@ -68,10 +113,10 @@ use std::time::Duration;
 use kvfabric_store::{BlockId, NamespaceKey, VerifiedBlock};
 use tokio::sync::{oneshot, Semaphore};
 
-use crate::config::TransportConfig;
+use crate::config::{TransportConfig, UcxMode};
 use crate::counters::{CountersSnapshot, TransportCounters};
 use crate::error::TransportError;
-use crate::frame::FrameHeader;
+use crate::frame::{FrameHeader, FrameKind};
 use crate::peer::PeerAddr;
 use crate::receive::{BlockReceiver, PayloadSink};
 use crate::source::BlockSource;
@@ -197,10 +242,14 @@ impl UcxTransport {
             let _in_flight = InFlight(&inner.counters);
             let (reply, outcome) = oneshot::channel();
             let token = inner.next_token.fetch_add(1, Ordering::Relaxed);
+            let kind = match inner.config.ucx.mode {
+                UcxMode::Stream => FrameKind::Fetch,
+                UcxMode::Get => FrameKind::FetchRma,
+            };
             let command = Command::Fetch {
                 token,
                 peer: peer.clone(),
-                request: FrameHeader::fetch(namespace, id),
+                request: FrameHeader::request(kind, namespace, id),
                 receipt: Box::new(Typed::new(sink, reply)),
             };
             inner.mailbox.send(command)?;

@@ -7,7 +7,9 @@
 //! once is reported the same way, by [`settle`] pushing its event directly. So a fetch that
 //! times out, or an endpoint closed with receives still posted, can never leave UCX writing
 //! into freed memory: the buffers live until UCX says it is done with them (force-closing an
-//! endpoint cancels its requests, which calls their callbacks). An endpoint's error-handler
+//! endpoint cancels its requests, which calls their callbacks). A one-sided read (`rma`) is the
+//! same: each get's context holds the block's landing buffer and the rkey ([`Keep::Get`]) and
+//! hands them back in [`Event::Got`]. An endpoint's error-handler
 //! context ([`EpCtx`]) likewise lives until the endpoint's close completes: the close
 //! operation owns it.
 
@@ -18,7 +20,10 @@ use ucx_sys::{
     ucp_ep_h, ucp_request_free, ucs_ptr_is_err, ucs_ptr_status, ucs_status_ptr_t, ucs_status_t,
 };
 
+use std::sync::Arc;
+
 use crate::frame::FRAME_HEADER_LEN;
+use crate::ucx::rma::{Landing, Rkey};
 use crate::ucx::worker::{push_event, ConnId, Event, EventQueue, OpId};
 
 /// What an operation keeps alive until UCX completes it.
@@ -31,6 +36,12 @@ pub(crate) enum Keep {
     Buf(Vec<u8>),
     /// An endpoint's error-handler context, while the endpoint closes (held, never read).
     Endpoint(#[allow(dead_code)] Box<EpCtx>),
+    /// A one-sided read: the block's landing buffer it writes into and the rkey it reads
+    /// with, both shared with the read's other chunks (held, handed back in [`Event::Got`]).
+    Get(
+        #[allow(dead_code)] Arc<Landing>,
+        #[allow(dead_code)] Arc<Rkey>,
+    ),
 }
 
 /// The heap context of one posted operation (`user_data` of its callback).
@@ -100,6 +111,35 @@ pub(crate) unsafe extern "C" fn on_received(
     unsafe { ucp_request_free(request) };
 }
 
+/// One-sided read completion: hands what the read held back in an [`Event::Got`], so that the
+/// landing buffer and the rkey are released by the progress thread, outside UCX.
+///
+/// # Safety
+///
+/// Called by UCX once per `ucp_get_nbx` posted with an [`OpCtx`] holding a [`Keep::Get`].
+pub(crate) unsafe extern "C" fn on_got(
+    request: *mut c_void,
+    status: ucs_status_t,
+    user_data: *mut c_void,
+) {
+    // SAFETY: as in `on_sent`: the context leaked for this request, reclaimed once.
+    let ctx = unsafe { Box::from_raw(user_data.cast::<OpCtx>()) };
+    let OpCtx { queue, op, keep } = *ctx;
+    // SAFETY: the queue outlives every request.
+    unsafe {
+        push_event(
+            queue,
+            Event::Got {
+                op,
+                status,
+                held: keep,
+            },
+        )
+    };
+    // SAFETY: complete and ours to release.
+    unsafe { ucp_request_free(request) };
+}
+
 /// Endpoint error handler.
 ///
 /// # Safety
@@ -136,6 +176,7 @@ pub(crate) unsafe fn settle(ret: ucs_status_ptr_t, ctx: *mut OpCtx, received: Op
     let ctx = unsafe { Box::from_raw(ctx) };
     let OpCtx { queue, op, keep } = *ctx;
     let event = match (received, keep) {
+        (_, held @ Keep::Get(..)) => Event::Got { op, status, held },
         (Some(length), Keep::Buf(buf)) => Event::Received {
             op,
             status,

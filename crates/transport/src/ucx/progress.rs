@@ -219,7 +219,9 @@ impl Progress {
                 seq,
                 request,
                 lookup,
-            } => self.servers.lookup_done(conn, seq, request, lookup),
+            } => self
+                .servers
+                .lookup_done(&self.worker, conn, seq, request, lookup),
             Command::Shutdown { done } => {
                 self.done.extend(done);
                 self.stop();
@@ -241,10 +243,18 @@ impl Progress {
                 buf,
                 length,
             } => match op.kind {
-                OpKind::Header | OpKind::Chunk => self.clients.on_received(op, status, buf, length),
+                OpKind::Header | OpKind::Chunk | OpKind::Descriptor => {
+                    self.clients
+                        .on_received(&self.worker, op, status, buf, length)
+                }
                 OpKind::Requests => self.servers.on_received(op.conn, status, buf, length),
                 _ => {}
             },
+            Event::Got { op, status, held } => {
+                // Released here, outside UCX, before the read may claim its buffer back.
+                drop(held);
+                self.clients.on_got(op, status);
+            }
             Event::Failed { conn, status } => {
                 if self.clients.owns(conn) {
                     self.clients.on_failed(conn, status);
@@ -287,7 +297,7 @@ impl Progress {
             worker,
             ..
         } = self;
-        // Endpoints and the listener before the worker, the worker before the context.
+        // Endpoints, leases and the listener before the worker, the worker before the context.
         drop((clients, servers));
         drop(worker);
         for d in done {

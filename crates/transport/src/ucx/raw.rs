@@ -266,6 +266,8 @@ fn server_event(worker: &Worker, s: &mut ServerState, ids: &mut ConnIds, event: 
         Event::Failed { conn, .. } => {
             s.conns.remove(&conn);
         }
+        // A raw server posts no one-sided reads.
+        Event::Got { .. } => {}
     }
 }
 

@@ -6,6 +6,9 @@
 //! posted, and `finish` (the final hash and the id check) runs there too. Only the outcome —
 //! a verified block or an error — crosses back to the fetching task.
 
+use std::convert::Infallible;
+
+use kvfabric_store::hash_parallel::Fill;
 use kvfabric_store::BlockId;
 use tokio::sync::oneshot;
 
@@ -20,6 +23,18 @@ pub(crate) trait Receipt: Send {
     fn begin(&mut self, length: u64);
     /// A chunk of payload, in order.
     fn push(&mut self, chunk: &[u8]) -> Result<(), ReceiveError>;
+    /// One-sided reads: the sink's destination buffer, lent ([`PayloadSink::lend`]).
+    fn lend(&mut self) -> Vec<u8>;
+    /// One-sided reads: bytes landed in place, in order ([`PayloadSink::landed`]).
+    fn landed(&mut self, bytes: &[u8]) -> Result<(), ReceiveError>;
+    /// One-sided reads: the lent buffer back, full ([`PayloadSink::restore`]).
+    fn restore(&mut self, buf: Vec<u8>);
+    /// One-sided reads of a mapped block: the whole block filled at once
+    /// ([`PayloadSink::fill_whole`]); `false` if the sink does not take it that way.
+    ///
+    /// # Safety
+    /// `fill` must write every byte of the piece it is given.
+    unsafe fn fill_whole(&mut self, fill: &Fill<'_, Infallible>) -> bool;
     /// Every byte arrived: finish the sink (verify) and deliver the outcome. A hash mismatch is
     /// counted in `verify_failures`.
     fn finish(self: Box<Self>, peer: &PeerAddr, id: BlockId, counters: &TransportCounters);
@@ -73,6 +88,23 @@ impl<S: PayloadSink> Receipt for Typed<S> {
 
     fn push(&mut self, chunk: &[u8]) -> Result<(), ReceiveError> {
         self.sink.push(chunk)
+    }
+
+    fn lend(&mut self) -> Vec<u8> {
+        self.sink.lend()
+    }
+
+    fn landed(&mut self, bytes: &[u8]) -> Result<(), ReceiveError> {
+        self.sink.landed(bytes)
+    }
+
+    fn restore(&mut self, buf: Vec<u8>) {
+        self.sink.restore(buf)
+    }
+
+    unsafe fn fill_whole(&mut self, fill: &Fill<'_, Infallible>) -> bool {
+        // SAFETY: forwarded from this method's contract on `fill`.
+        unsafe { self.sink.fill_whole(fill) }
     }
 
     fn finish(self: Box<Self>, peer: &PeerAddr, id: BlockId, counters: &TransportCounters) {

@@ -9,13 +9,21 @@
 //! order; a response is its header and, for a block, the source's `Bytes` — sent as they are,
 //! kept alive by the send operation until UCX completes it.
 //!
+//! One-sided read mode (`FetchRma`): the found block is mapped and answered with a `Lease`
+//! header and its descriptor instead of the bytes (`mapped`); the lease is held until the
+//! client's `Release` (handled as it is read, no answer), `fetch_timeout_ms`, or the
+//! endpoint's end; at `ucx.leases_per_connection_max` leases a `FetchRma` is answered
+//! `Unavailable` (counted).
+//!
 //! An endpoint is closed (and its lookups abandoned) when its peer breaks the protocol
 //! (counted), when part of a request has waited `request_timeout_ms` for the rest or a
 //! response has been sending for `fetch_timeout_ms` (counted as timeouts), or when UCX reports
 //! it failed (the peer left). Other endpoints are untouched.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -28,10 +36,12 @@ use crate::config::TransportConfig;
 use crate::counters::TransportCounters;
 use crate::error::TransportError;
 use crate::frame::{FrameHeader, FrameKind, FRAME_HEADER_LEN};
+use crate::lease::WORKER_ADDRESS_BYTES_MAX;
 use crate::source::{BlockSource, SourceLookup};
 use crate::ucx::endpoint::Endpoint;
 use crate::ucx::listener::Listener;
 use crate::ucx::mailbox::{Command, Mailbox};
+use crate::ucx::mapped::{Leases, MappedBlock, Staging};
 use crate::ucx::ops::Keep;
 use crate::ucx::proto::{InOrder, RequestReader};
 use crate::ucx::worker::{ConnId, ConnIds, ConnRequest, OpId, OpKind, Worker};
@@ -63,6 +73,8 @@ struct Conn {
     lookups: HashMap<u64, AbortHandle>,
     /// The request buffer, when no receive is posted.
     recv_buf: Option<Vec<u8>>,
+    /// Blocks mapped for this client's one-sided reads.
+    leases: Leases,
 }
 
 impl Conn {
@@ -80,6 +92,10 @@ pub(crate) struct Servers {
     mailbox: Mailbox,
     listener: Option<Listener>,
     conns: HashMap<ConnId, Conn>,
+    /// The worker's address, sent in every lease (bounded at bind).
+    worker_address: Vec<u8>,
+    /// Regions leased blocks are copied into (`ucx.stage_leases`), else none.
+    staging: Option<Rc<RefCell<Staging>>>,
 }
 
 impl Servers {
@@ -94,7 +110,24 @@ impl Servers {
         mailbox: Mailbox,
     ) -> Result<Servers, TransportError> {
         let listener = Listener::bind(worker, listen)?;
+        let worker_address = worker.address()?;
+        if !(1..=WORKER_ADDRESS_BYTES_MAX).contains(&worker_address.len()) {
+            return Err(TransportError::Fabric {
+                fabric: "UCX",
+                call: "ucp_worker_get_address",
+                reason: format!(
+                    "expected an address of 1..={WORKER_ADDRESS_BYTES_MAX} bytes, found {}",
+                    worker_address.len()
+                ),
+            });
+        }
+        let staging = config
+            .ucx
+            .stage_leases
+            .then(|| Staging::new(config.ucx.leases_per_connection_max));
         Ok(Servers {
+            worker_address,
+            staging,
             config,
             counters,
             source,
@@ -147,6 +180,7 @@ impl Servers {
             sending: VecDeque::new(),
             lookups: HashMap::new(),
             recv_buf: Some(Vec::new()),
+            leases: Leases::default(),
         };
         post_recv(&mut conn, self.config.serve_streams_max as usize);
         self.conns.insert(id, conn);
@@ -178,6 +212,16 @@ impl Servers {
             return self.end(id);
         }
         for request in requests {
+            if request.kind == FrameKind::Release {
+                // The client read the block: its bytes count as sent now.
+                match conn.leases.release(request.id) {
+                    Some(len) => self.counters.add_bytes_out(len),
+                    None => {
+                        tracing::debug!(conn = id, block = %request.id, "release of no lease held")
+                    }
+                }
+                continue;
+            }
             let seq = conn.order.push();
             let (source, mailbox) = (self.source.clone(), self.mailbox.clone());
             let timeout = self.config.fetch_timeout();
@@ -196,9 +240,11 @@ impl Servers {
         post_recv(conn, self.config.serve_streams_max as usize);
     }
 
-    /// A lookup finished: queue its response and send whatever is next in order.
+    /// A lookup finished: queue its response and send whatever is next in order (a leased
+    /// block is mapped through `worker`'s context).
     pub(crate) fn lookup_done(
         &mut self,
+        worker: &Worker,
         id: ConnId,
         seq: u64,
         request: FrameHeader,
@@ -212,7 +258,16 @@ impl Servers {
             Some(SourceLookup::Found(bytes))
                 if bytes.len() as u64 <= self.config.max_frame_bytes =>
             {
-                (FrameKind::Block, bytes)
+                if request.kind == FrameKind::FetchRma {
+                    let at = (
+                        worker,
+                        self.worker_address.as_slice(),
+                        self.staging.as_ref(),
+                    );
+                    lease(at, conn, &self.config, &self.counters, request, bytes)
+                } else {
+                    (FrameKind::Block, bytes)
+                }
             }
             Some(SourceLookup::Found(bytes)) => {
                 tracing::warn!(
@@ -284,7 +339,7 @@ impl Servers {
         if let Some(done) = conn.sending.remove(i) {
             self.counters.add_bytes_out(done.bytes);
             match done.kind {
-                FrameKind::Block => self.counters.blocks_served(),
+                FrameKind::Block | FrameKind::Lease => self.counters.blocks_served(),
                 _ => self.counters.not_found_served(),
             }
         }
@@ -309,9 +364,15 @@ impl Servers {
         // blocks they kept alive through their events.
     }
 
-    /// Request and send timeouts.
+    /// Request and send timeouts; leases past `fetch_timeout_ms` end.
     pub(crate) fn tick(&mut self, now: Instant) {
         let (request, fetch) = (self.config.request_timeout(), self.config.fetch_timeout());
+        for (id, c) in self.conns.iter_mut() {
+            for _ in 0..c.leases.expire(now, fetch) {
+                self.counters.leases_expired();
+                tracing::warn!(conn = id, "a lease ran past fetch_timeout_ms; unmapped");
+            }
+        }
         let late: Vec<(ConnId, &'static str)> = self
             .conns
             .iter()
@@ -344,6 +405,7 @@ impl Servers {
                 [
                     c.reader.partial_since().map(|t| t + request),
                     c.sending.front().map(|s| s.started + fetch),
+                    c.leases.next_expiry(fetch),
                 ]
             })
             .flatten()
@@ -362,6 +424,45 @@ impl Servers {
     /// Destroys the listener (before the worker).
     pub(crate) fn stop_listening(&mut self) {
         self.listener = None;
+    }
+}
+
+/// Maps a found block for `request` (a `FetchRma`) and holds the lease on `conn`: the kind and
+/// body (the descriptor) to answer with; `Unavailable` at the lease bound or if UCX refuses.
+fn lease(
+    (worker, worker_address, staging): (&Worker, &[u8], Option<&Rc<RefCell<Staging>>>),
+    conn: &mut Conn,
+    config: &TransportConfig,
+    counters: &Arc<TransportCounters>,
+    request: FrameHeader,
+    bytes: Bytes,
+) -> (FrameKind, Bytes) {
+    if conn.leases.len() >= config.ucx.leases_per_connection_max {
+        counters.leases_refused();
+        tracing::warn!(
+            id = %request.id,
+            max = config.ucx.leases_per_connection_max,
+            "connection holds leases_per_connection_max leases; answering unavailable"
+        );
+        return (FrameKind::Unavailable, Bytes::new());
+    }
+    let mapped = MappedBlock::map(
+        worker,
+        worker_address,
+        request.id,
+        bytes,
+        staging,
+        counters.clone(),
+    );
+    match mapped {
+        Ok((block, descriptor)) => {
+            conn.leases.hold(block);
+            (FrameKind::Lease, Bytes::from(descriptor.encode()))
+        }
+        Err(error) => {
+            tracing::warn!(id = %request.id, %error, "mapping a block failed; answering unavailable");
+            (FrameKind::Unavailable, Bytes::new())
+        }
     }
 }
 

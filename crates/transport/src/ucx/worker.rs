@@ -55,6 +55,10 @@ pub(crate) enum OpKind {
     Requests,
     /// Server: part of the response with this sequence number sent.
     Response(u64),
+    /// Client (get mode): a lease descriptor received.
+    Descriptor,
+    /// Client (get mode): the one-sided read of chunk `n` of the block being read completed.
+    Get(u64),
     /// Test peers ([`crate::ucx::raw`]): raw bytes sent or received.
     Raw,
     /// The endpoint's force-close completed.
@@ -96,6 +100,16 @@ pub(crate) enum Event {
         buf: Vec<u8>,
         /// Bytes received into it.
         length: usize,
+    },
+    /// A one-sided read completed (or was cancelled); `held` is what it kept alive (the block's
+    /// landing buffer and the rkey), handed back so that it is released here, outside UCX.
+    Got {
+        /// The operation.
+        op: OpId,
+        /// `UCS_OK` or why not.
+        status: ucs_status_t,
+        /// What the operation held.
+        held: crate::ucx::ops::Keep,
     },
     /// An endpoint failed (peer gone, reset, unreachable); it must be closed.
     Failed {
@@ -184,7 +198,7 @@ pub(crate) struct Worker {
 }
 
 impl Worker {
-    /// A single-threaded worker on a new context.
+    /// A single-threaded worker on a new context (made with wake-up events).
     pub(crate) fn new(context: Context) -> Result<Worker, TransportError> {
         let params = ucp_worker_params_t {
             field_mask: ucp_worker_params_field_UCP_WORKER_PARAM_FIELD_THREAD_MODE as u64,
@@ -212,6 +226,27 @@ impl Worker {
             queue: Box::new(EventQueue::default()),
             _context: context,
         })
+    }
+
+    /// The context's raw handle (for mapping memory: `ucp_mem_map`, `ucp_rkey_pack`).
+    pub(crate) fn context(&self) -> ucx_sys::ucp_context_h {
+        self._context.handle()
+    }
+
+    /// This worker's address (`ucp_worker_get_address`), for peers that connect to it
+    /// directly: the endpoint a client reads leased blocks through.
+    pub(crate) fn address(&self) -> Result<Vec<u8>, TransportError> {
+        let mut addr: *mut ucx_sys::ucp_address_t = ptr::null_mut();
+        let mut len = 0usize;
+        // SAFETY: owned worker, progress thread; UCX allocates the address, released below.
+        check("ucp_worker_get_address", unsafe {
+            ucx_sys::ucp_worker_get_address(self.handle, &mut addr, &mut len)
+        })?;
+        // SAFETY: UCX wrote `len` bytes at `addr`; copied before the release.
+        let bytes = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), len) }.to_vec();
+        // SAFETY: the address came from this worker and is released once.
+        unsafe { ucx_sys::ucp_worker_release_address(self.handle, addr) };
+        Ok(bytes)
     }
 
     /// The raw handle (for endpoints and the listener).

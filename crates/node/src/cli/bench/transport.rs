@@ -1,8 +1,10 @@
 //! `kvfabric bench transport`: the transport crate's benchmark (`kvfabric_transport::bench`,
 //! the same code as `cargo bench -p kvfabric-transport --bench bench_transport`): 4.5 MB
 //! blocks between this process and a server process (this binary again, `bench transport
-//! --serve DIR`) on loopback, QUIC (and UCX when built with the `ucx` feature) against a plain
-//! TCP copy; last line `ratio quic_over_tcp <value>` (then `ratio ucx_over_tcp` with UCX).
+//! --serve DIR`) on loopback, QUIC (and UCX when built with the `ucx` feature: stream mode,
+//! and get mode over TCP and over shared memory) against a plain TCP copy; with UCX the lines
+//! `ratio ucx_over_tcp`, `ratio ucx_get_tcp_over_tcp` and `ratio ucx_get_over_tcp` come before
+//! the last line, always `ratio quic_over_tcp <value>`.
 
 use clap::Args;
 
@@ -13,7 +15,8 @@ pub(crate) struct TransportArgs {
     /// Options: --blocks N (16), --rounds R (20), --inflight K (1), --workers N (1),
     /// --server-workers N (1), --mtu B, --max-udp B, --stream-window B, --conn-window B,
     /// --send-window B, --socket-buffer B, --no-mtud, --gso, --fair, --skip-stock; with the
-    /// `ucx` feature --ucx-tls TLS, --ucx-chunk B, --ucx-posted N, --ucx-set NAME=VALUE.
+    /// `ucx` feature --ucx-tls TLS, --ucx-shm-tls TLS (get mode over shared memory: sm,tcp),
+    /// --ucx-chunk B, --ucx-posted N, --ucx-set NAME=VALUE.
     #[arg(
         value_name = "OPTIONS",
         trailing_var_arg = true,

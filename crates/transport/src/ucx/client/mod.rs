@@ -8,6 +8,11 @@
 //! `ucx.recv_chunks_posted` deep, and each completed chunk is pushed to the receipt (copied
 //! and hashed) while the next one is already posted (`receive`).
 //!
+//! In get mode (`ucx.mode = "get"`) a request is a `FetchRma`; its answer is a `Lease`
+//! header and descriptor, and the block is then read with one-sided gets straight into the
+//! receipt's lent destination buffer, chunk by chunk, each landed chunk hashed in order while
+//! later gets are posted; then a `Release` is sent and the receipt verified (`read`).
+//!
 //! A connection ends — every fetch still on it fails, typed, and its endpoint is
 //! force-closed — when UCX reports it failed, when the peer breaks the protocol (counted),
 //! when a fetch on it is abandoned (timeout: responses are FIFO, one cannot be skipped), when
@@ -30,8 +35,10 @@ use crate::ucx::endpoint::Endpoint;
 use crate::ucx::ops::Keep;
 use crate::ucx::proto::PayloadPlan;
 use crate::ucx::receipt::Receipt;
+use crate::ucx::rma::{Rkeys, RmaRead};
 use crate::ucx::worker::{ConnId, ConnIds, OpId, OpKind, Worker};
 
+mod read;
 mod receive;
 
 use receive::post_header;
@@ -51,6 +58,10 @@ enum Phase {
     Header,
     /// Its payload.
     Payload(PayloadPlan),
+    /// Get mode: the lease descriptor that follows a `Lease` header.
+    Descriptor,
+    /// Get mode: the one-sided read of the leased block.
+    Reading(RmaRead),
 }
 
 /// One peer's connection.
@@ -66,6 +77,11 @@ struct Conn {
     /// The header buffer, when no header receive is posted.
     header_buf: Option<Vec<u8>>,
     chunks: Chunks,
+    /// Get mode: the endpoint to the server's worker that leased blocks are read through
+    /// (made from the first lease's worker address; same `ConnId`, closed with `ep`).
+    read_ep: Option<Endpoint>,
+    /// The rkeys unpacked on `read_ep` (dropped with it: declared after it).
+    rkeys: Rkeys,
 }
 
 /// A connection's payload receive buffers, reused from block to block.
@@ -196,6 +212,8 @@ impl Clients {
                 phase: Phase::Idle,
                 header_buf: None,
                 chunks: Chunks::default(),
+                read_ep: None,
+                rkeys: Rkeys::default(),
             },
         );
         self.pool.insert(peer.clone(), id);
@@ -251,6 +269,11 @@ impl Clients {
                 " after {} of {} payload bytes",
                 p.received_bytes(),
                 p.length()
+            ),
+            Phase::Reading(r) => format!(
+                " after {} of {} bytes read one-sided",
+                r.landed_bytes(),
+                r.len()
             ),
             _ => String::new(),
         };

@@ -12,12 +12,13 @@ use crate::ucx::client::{mark_connected, Chunks, Clients, Conn, Ending, Phase};
 use crate::ucx::endpoint::Endpoint;
 use crate::ucx::proto::PayloadPlan;
 use crate::ucx::receipt::receive_error;
-use crate::ucx::worker::{ConnId, OpId, OpKind};
+use crate::ucx::worker::{ConnId, OpId, OpKind, Worker};
 
 impl Clients {
     /// A header or chunk receive completed.
     pub(crate) fn on_received(
         &mut self,
+        worker: &Worker,
         op: OpId,
         status: ucs_status_t,
         buf: Vec<u8>,
@@ -40,6 +41,7 @@ impl Clients {
         match op.kind {
             OpKind::Header => self.on_header(op.conn, buf),
             OpKind::Chunk => self.on_chunk(op.conn, buf, length),
+            OpKind::Descriptor => self.on_descriptor(worker, op.conn, buf, length),
             _ => {}
         }
     }
@@ -83,11 +85,16 @@ impl Clients {
                 post_chunks(&conn.ep, &mut conn.chunks, &mut plan, &self.config);
                 conn.phase = Phase::Payload(plan);
             }
+            FrameKind::Lease => super::read::post_descriptor(conn, response.length),
             FrameKind::NotFound => {
                 let peer = conn.peer.clone();
                 self.fail_front(id, TransportError::NotFound { peer, id: id_asked });
             }
-            FrameKind::Unavailable | FrameKind::Fetch => {
+            // decode_response lets only the answers to the request's kind through.
+            FrameKind::Unavailable
+            | FrameKind::Fetch
+            | FrameKind::FetchRma
+            | FrameKind::Release => {
                 let peer = conn.peer.clone();
                 self.fail_front(id, TransportError::Unavailable { peer, id: id_asked });
             }
@@ -116,7 +123,7 @@ impl Clients {
     }
 
     /// The oldest fetch's payload is complete: verify and deliver, then read the next header.
-    fn complete_front(&mut self, id: ConnId) {
+    pub(super) fn complete_front(&mut self, id: ConnId) {
         let Some(conn) = self.conns.get_mut(&id) else {
             return;
         };
@@ -143,7 +150,7 @@ impl Clients {
 
     /// The peer broke the protocol: the oldest fetch gets `error`, the others a lost
     /// connection. Counters are updated (by `end`) before anyone is told.
-    fn fail_front_and_end(&mut self, id: ConnId, error: TransportError) {
+    pub(super) fn fail_front_and_end(&mut self, id: ConnId, error: TransportError) {
         let front = self.conns.get_mut(&id).and_then(|c| c.awaiting.pop_front());
         self.end(id, Ending::Violation);
         if let Some(fetch) = front {

@@ -1,0 +1,145 @@
+//! The bench's UCX phases (`ucx` feature): (d)/(du) stream mode over `--ucx-tls`, verified and
+//! not; (gt) get mode over TCP, verified; (g)/(gu) get mode over `--ucx-shm-tls` (leases
+//! staged in UCX shared memory, so each get is one copy by the reader), verified and not.
+
+use std::sync::Arc;
+
+use kvfabric_store::BlockId;
+
+use super::ns;
+use super::opts::Opts;
+use super::phases::{measure, transport_phase, verified_then_unverified, Tally, Verifying};
+use crate::{BlockReceiver, MemorySource, PeerAddr, Transport, UcxTransport};
+
+/// The client's UCX transports, their peers and what each phase has measured.
+pub(crate) struct UcxPhases {
+    stream: UcxTransport,
+    get_tcp: UcxTransport,
+    get_shm: UcxTransport,
+    peer: PeerAddr,
+    shm_peer: PeerAddr,
+    d: Tally,
+    du: Tally,
+    gt: Tally,
+    g: Tally,
+    gu: Tally,
+}
+
+impl UcxPhases {
+    /// Binds the three client transports; `addr` serves over `--ucx-tls` (in place), `shm_addr`
+    /// over `--ucx-shm-tls` (staged).
+    pub(crate) async fn bind(opts: &Opts, addr: &str, shm_addr: &str) -> anyhow::Result<Self> {
+        let lo = "127.0.0.1:0".parse()?;
+        let bind = |config| async move {
+            UcxTransport::bind(config, "node2", lo, Arc::new(MemorySource::new())).await
+        };
+        Ok(UcxPhases {
+            stream: bind(opts.tuned()).await?,
+            get_tcp: bind(opts.ucx_get("tcp", false)).await?,
+            get_shm: bind(opts.ucx_get(&opts.ucx_shm_tls, true)).await?,
+            peer: PeerAddr::new("node1", addr.parse()?),
+            shm_peer: PeerAddr::new("node1", shm_addr.parse()?),
+            d: Tally::default(),
+            du: Tally::default(),
+            gt: Tally::default(),
+            g: Tally::default(),
+            gu: Tally::default(),
+        })
+    }
+
+    fn each(&self) -> [(&UcxTransport, &PeerAddr); 3] {
+        [
+            (&self.stream, &self.peer),
+            (&self.get_tcp, &self.peer),
+            (&self.get_shm, &self.shm_peer),
+        ]
+    }
+
+    /// One verified round over each transport: connections, wire-up, staging regions.
+    pub(crate) async fn warm_up(
+        &self,
+        ids: &[BlockId],
+        count: usize,
+        inflight: usize,
+    ) -> anyhow::Result<()> {
+        for (client, peer) in self.each() {
+            transport_phase(client, peer, ids, count, inflight, |id| {
+                Verifying(BlockReceiver::new(ns(), id))
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// One repetition of every UCX phase.
+    pub(crate) async fn repetition(
+        &mut self,
+        server_pid: u32,
+        ids: &[BlockId],
+        count: usize,
+        inflight: usize,
+    ) -> anyhow::Result<()> {
+        let (stream, peer) = (&self.stream, &self.peer);
+        verified_then_unverified(
+            server_pid,
+            stream,
+            peer,
+            ids,
+            count,
+            inflight,
+            &mut self.d,
+            &mut self.du,
+        )
+        .await?;
+        measure(
+            server_pid,
+            &mut self.gt,
+            transport_phase(&self.get_tcp, peer, ids, count, inflight, |id| {
+                Verifying(BlockReceiver::new(ns(), id))
+            }),
+        )
+        .await?;
+        let (shm, shm_peer) = (&self.get_shm, &self.shm_peer);
+        verified_then_unverified(
+            server_pid,
+            shm,
+            shm_peer,
+            ids,
+            count,
+            inflight,
+            &mut self.g,
+            &mut self.gu,
+        )
+        .await
+    }
+
+    /// Fails if any UCX fetch failed; prints the UCX rows with `row`.
+    pub(crate) fn report(&self, row: impl Fn(&str, &Tally)) -> anyhow::Result<()> {
+        for (client, _) in self.each() {
+            let c = client.counters();
+            anyhow::ensure!(
+                c.verify_failures == 0 && c.fetches_failed == 0,
+                "UCX fetch errors: {c:?}"
+            );
+        }
+        row("(d) ucx stream, verified", &self.d);
+        row("(du) ucx stream, unverified", &self.du);
+        row("(gt) ucx get over tcp, verified", &self.gt);
+        row("(g) ucx get, shared memory, verified", &self.g);
+        row("(gu) ucx get, shared memory, unverified", &self.gu);
+        Ok(())
+    }
+
+    /// Closes the transports; prints the UCX ratio lines against the baseline `b`.
+    pub(crate) async fn close(self, b: &Tally) {
+        for (client, _) in self.each() {
+            client.close().await;
+        }
+        println!("ratio ucx_over_tcp {:.3}", self.d.gbps() / b.gbps());
+        println!(
+            "ratio ucx_get_tcp_over_tcp {:.3}",
+            self.gt.gbps() / b.gbps()
+        );
+        println!("ratio ucx_get_over_tcp {:.3}", self.g.gbps() / b.gbps());
+    }
+}
