@@ -56,11 +56,14 @@ impl LogStore {
             let t = self.tail();
             (t.first_index(), t.read(bounds))
         };
-        let below = match (first, bounds.0) {
-            (Some(first), Bound::Included(s)) if s >= first => return Ok(from_tail),
-            (Some(first), Bound::Excluded(s)) if s >= first => return Ok(from_tail),
-            (Some(first), start) => (start, Bound::Excluded(first)),
+        let below = match (first, bounds) {
             (None, _) => bounds,
+            (Some(first), (Bound::Included(s), _)) if s >= first => return Ok(from_tail),
+            (Some(first), (Bound::Excluded(s), _)) if s >= first => return Ok(from_tail),
+            // The range ends below the tail: all of it is in the table.
+            (Some(first), (start, Bound::Included(e))) if e < first => (start, Bound::Included(e)),
+            (Some(first), (start, Bound::Excluded(e))) if e <= first => (start, Bound::Excluded(e)),
+            (Some(first), (start, _)) => (start, Bound::Excluded(first)),
         };
         let mut out = read_range(&self.db, below).await?;
         out.extend(from_tail);
@@ -216,5 +219,61 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.write(|reply| Op::Purge(log_id, reply))
             .await
             .map_err(io_write)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::storage::RaftLogStorageExt;
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    use super::*;
+    use crate::ids::ShardId;
+    use crate::storage::log_tail::TAIL_DURABLE_MAX;
+    use crate::storage::{open_store, SnapshotTrigger};
+
+    fn entry(index: u64) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, NodeId(1)), index),
+            payload: EntryPayload::Blank,
+        }
+    }
+
+    fn indexes(entries: &[Entry]) -> Vec<u64> {
+        entries.iter().map(|e| e.log_id.index).collect()
+    }
+
+    /// Reads below the tail, across it and inside it return exactly the range asked for
+    /// (replication asks for bounded ranges; openraft asserts it gets no more).
+    #[tokio::test]
+    async fn reads_return_exactly_the_range_asked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _sm) = open_store(
+            &dir.path().join("log.redb"),
+            ShardId(0),
+            Arc::new(SnapshotTrigger::new(100_000)),
+        )
+        .await
+        .unwrap();
+        let n = TAIL_DURABLE_MAX as u64 + 100;
+        for i in 1..=n {
+            log.blocking_append([entry(i)]).await.unwrap();
+        }
+        let first = log.tail().first_index().expect("a tail");
+        assert!(first > 50, "the oldest durable entries left the tail");
+        let mut reader = log.get_log_reader().await;
+        for (range, want) in [
+            ((10, 40), (10..40).collect::<Vec<u64>>()),
+            ((first - 5, first + 5), (first - 5..first + 5).collect()),
+            ((first + 1, first + 9), (first + 1..first + 9).collect()),
+            ((1, n + 1), (1..=n).collect()),
+        ] {
+            let got = reader.try_get_log_entries(range.0..range.1).await.unwrap();
+            assert_eq!(indexes(&got), want, "range {}..{}", range.0, range.1);
+        }
+        let got = reader.try_get_log_entries(10..=first - 1).await.unwrap();
+        assert_eq!(indexes(&got), (10..first).collect::<Vec<u64>>());
+        let got = reader.try_get_log_entries(first..).await.unwrap();
+        assert_eq!(indexes(&got), (first..=n).collect::<Vec<u64>>());
     }
 }

@@ -62,7 +62,7 @@ pub(crate) async fn bench(
         .await?;
     }
     #[cfg(feature = "ucx")]
-    ucx.warm_up(ids, opts.blocks, opts.inflight).await?;
+    ucx.warm_up(ids, opts.blocks).await?;
 
     let (mut b, mut a, mut c, mut s) = (
         Tally::default(),
@@ -84,8 +84,7 @@ pub(crate) async fn bench(
         )
         .await?;
         #[cfg(feature = "ucx")]
-        ucx.repetition(server_pid, ids, count, opts.inflight)
-            .await?;
+        ucx.repetition(server_pid, ids, count).await?;
         if !opts.skip_stock {
             // Stock settings are slow; a third of the bytes gives the same precision.
             let n = (count / 3).max(1);

@@ -17,7 +17,9 @@
 //! first; the last line is always `ratio quic_over_tcp <a / b>`.
 //!
 //! Options (forwarded to the server process): `--blocks N` distinct blocks (16), `--rounds R`
-//! fetches of each per repetition (20), `--inflight K` fetches in flight (1), `--workers N`
+//! fetches of each per repetition (20), `--inflight K` fetches in flight (1; QUIC and UCX
+//! stream mode), `--get-inflight K` in the UCX get-mode phases (2: the server stages the next
+//! leased block while the client reads this one), `--workers N`
 //! and `--server-workers N` tokio threads per process (1 each: two processes, two cores),
 //! `--mtu`, `--max-udp`, `--stream-window`, `--conn-window`, `--send-window`,
 //! `--socket-buffer` (bytes), `--no-mtud`, `--gso`, `--fair`, `--skip-stock`; for UCX

@@ -11,8 +11,12 @@ pub(crate) struct Opts {
     pub(crate) blocks: usize,
     /// Times each phase fetches every block.
     pub(crate) rounds: usize,
-    /// `fetches_in_flight_max` for the QUIC phases.
+    /// `fetches_in_flight_max` for the QUIC phases and UCX stream mode.
     pub(crate) inflight: usize,
+    /// `fetches_in_flight_max` for the UCX get-mode phases: two by default, so that the
+    /// server stages (and leases) the next block while the client reads this one.
+    #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
+    pub(crate) get_inflight: usize,
     /// The tuned QUIC settings.
     pub(crate) tuning: QuicTuning,
     /// Skip the (slow) stock-settings phase.
@@ -40,6 +44,7 @@ impl Opts {
             blocks: 16,
             rounds: 20,
             inflight: 1,
+            get_inflight: 2,
             tuning: QuicTuning::default(),
             skip_stock: false,
             ucx: UcxTuning::default(),
@@ -71,6 +76,7 @@ impl Opts {
                 }
                 "--rounds" => o.rounds = value(a)? as usize,
                 "--inflight" => o.inflight = value(a)? as usize,
+                "--get-inflight" => o.get_inflight = value(a)? as usize,
                 "--mtu" => o.tuning.initial_mtu_bytes = value(a)? as u16,
                 "--max-udp" => o.tuning.max_udp_payload_bytes = value(a)? as u16,
                 "--stream-window" => o.tuning.stream_receive_window_bytes = value(a)?,
@@ -123,6 +129,10 @@ impl Opts {
         anyhow::ensure!(o.blocks > 0, "--blocks: expected at least 1, found 0");
         anyhow::ensure!(o.rounds > 0, "--rounds: expected at least 1, found 0");
         anyhow::ensure!(o.inflight > 0, "--inflight: expected at least 1, found 0");
+        anyhow::ensure!(
+            o.get_inflight > 0,
+            "--get-inflight: expected at least 1, found 0"
+        );
         Ok(o)
     }
 
@@ -140,6 +150,7 @@ impl Opts {
     #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
     pub(crate) fn ucx_get(&self, tls: &str, stage_leases: bool) -> TransportConfig {
         let mut config = self.tuned();
+        config.fetches_in_flight_max = self.get_inflight;
         config.ucx.mode = crate::UcxMode::Get;
         config.ucx.tls = tls.to_string();
         config.ucx.stage_leases = stage_leases;

@@ -18,6 +18,9 @@ pub(crate) struct UcxPhases {
     get_shm: UcxTransport,
     peer: PeerAddr,
     shm_peer: PeerAddr,
+    /// Fetches in flight in stream mode (`--inflight`) and in get mode (`--get-inflight`).
+    inflight: usize,
+    get_inflight: usize,
     d: Tally,
     du: Tally,
     gt: Tally,
@@ -39,6 +42,8 @@ impl UcxPhases {
             get_shm: bind(opts.ucx_get(&opts.ucx_shm_tls, true)).await?,
             peer: PeerAddr::new("node1", addr.parse()?),
             shm_peer: PeerAddr::new("node1", shm_addr.parse()?),
+            inflight: opts.inflight,
+            get_inflight: opts.get_inflight,
             d: Tally::default(),
             du: Tally::default(),
             gt: Tally::default(),
@@ -47,22 +52,18 @@ impl UcxPhases {
         })
     }
 
-    fn each(&self) -> [(&UcxTransport, &PeerAddr); 3] {
+    /// Each client transport, its peer and its fetches in flight.
+    fn each(&self) -> [(&UcxTransport, &PeerAddr, usize); 3] {
         [
-            (&self.stream, &self.peer),
-            (&self.get_tcp, &self.peer),
-            (&self.get_shm, &self.shm_peer),
+            (&self.stream, &self.peer, self.inflight),
+            (&self.get_tcp, &self.peer, self.get_inflight),
+            (&self.get_shm, &self.shm_peer, self.get_inflight),
         ]
     }
 
     /// One verified round over each transport: connections, wire-up, staging regions.
-    pub(crate) async fn warm_up(
-        &self,
-        ids: &[BlockId],
-        count: usize,
-        inflight: usize,
-    ) -> anyhow::Result<()> {
-        for (client, peer) in self.each() {
+    pub(crate) async fn warm_up(&self, ids: &[BlockId], count: usize) -> anyhow::Result<()> {
+        for (client, peer, inflight) in self.each() {
             transport_phase(client, peer, ids, count, inflight, |id| {
                 Verifying(BlockReceiver::new(ns(), id))
             })
@@ -77,9 +78,8 @@ impl UcxPhases {
         server_pid: u32,
         ids: &[BlockId],
         count: usize,
-        inflight: usize,
     ) -> anyhow::Result<()> {
-        let (stream, peer) = (&self.stream, &self.peer);
+        let (stream, peer, inflight) = (&self.stream, &self.peer, self.inflight);
         verified_then_unverified(
             server_pid,
             stream,
@@ -94,7 +94,7 @@ impl UcxPhases {
         measure(
             server_pid,
             &mut self.gt,
-            transport_phase(&self.get_tcp, peer, ids, count, inflight, |id| {
+            transport_phase(&self.get_tcp, peer, ids, count, self.get_inflight, |id| {
                 Verifying(BlockReceiver::new(ns(), id))
             }),
         )
@@ -106,7 +106,7 @@ impl UcxPhases {
             shm_peer,
             ids,
             count,
-            inflight,
+            self.get_inflight,
             &mut self.g,
             &mut self.gu,
         )
@@ -115,7 +115,7 @@ impl UcxPhases {
 
     /// Fails if any UCX fetch failed; prints the UCX rows with `row`.
     pub(crate) fn report(&self, row: impl Fn(&str, &Tally)) -> anyhow::Result<()> {
-        for (client, _) in self.each() {
+        for (client, _, _) in self.each() {
             let c = client.counters();
             anyhow::ensure!(
                 c.verify_failures == 0 && c.fetches_failed == 0,
@@ -132,7 +132,7 @@ impl UcxPhases {
 
     /// Closes the transports; prints the UCX ratio lines against the baseline `b`.
     pub(crate) async fn close(self, b: &Tally) {
-        for (client, _) in self.each() {
+        for (client, _, _) in self.each() {
             client.close().await;
         }
         println!("ratio ucx_over_tcp {:.3}", self.d.gbps() / b.gbps());
