@@ -175,15 +175,16 @@
 //! | (c) QUIC, unverified | 2.61–2.75 | 0.76–0.81 | 0.69–0.72 |
 //! | (s) QUIC, stock settings, verified | 0.78–0.81 | 0.23–0.24 | 2.20–2.21 |
 //!
-//! **With two fetches in flight** (`--inflight 2`) the server stages the next block while
-//! the client reads this one, and (g) reaches the TCP copy: 3.31–3.39 GB/s, **0.93–1.01 ×**
-//! in three quiet `--skip-stock` runs, 3.34 GB/s (0.95 ×) in a quiet full run, 3.31–3.46
-//! (0.92–0.98 ×) in two more; one full run during another engineer's build gave 2.38 GB/s
-//! (0.74 ×), another 2.19 GB/s against a baseline held at 2.25 (0.98 ×). The TCP baseline
-//! is one stream the server writes block after block, with no request per block, so
-//! `--inflight 2` is what puts the get on the same footing. Not the bench's default (one in
-//! flight for every phase; with two, in the quiet full run, QUIC verified stayed at 1.81 GB/s
-//! and the UCX stream went from 1.42–1.43 to 1.56).
+//! **With two fetches in flight** the server stages the next block while the client reads
+//! this one, and (g) reaches the TCP copy: 3.31–3.39 GB/s, **0.93–1.01 ×** in three quiet
+//! `--skip-stock` runs, 3.34 GB/s (0.95 ×) in a quiet full run, 3.31–3.46 (0.92–0.98 ×) in
+//! two more; one full run during another engineer's build gave 2.38 GB/s (0.74 ×). The TCP
+//! baseline is one stream the server writes block after block, with no request per block, so
+//! pipelining two fetches is what puts the get on the same footing; the bench's get-mode
+//! phases therefore run two in flight by default (`--get-inflight`, 2; every other phase
+//! keeps `--inflight`, 1: with two, QUIC verified stayed at 1.81 GB/s and the UCX stream went
+//! from 1.42–1.43 to 1.56). A full run with that default after the merge: (g) 3.40 GB/s
+//! against a baseline of 3.59, `ratio ucx_get_over_tcp` 0.946; (gu) 9.09 GB/s; QUIC 0.51.
 //!
 //! So **≥ 0.8 × TCP verified is met by the one-host get with two fetches in flight
 //! (0.93–1.01 × quiet) and not with one (0.75 ×)**. Three earlier runs of the final code, on a

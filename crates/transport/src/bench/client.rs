@@ -35,10 +35,11 @@ pub(crate) async fn bench(
     let count = opts.blocks * opts.rounds;
     let block_bytes = PAYLOAD_BYTES + kvfabric_store::HEADER_LEN;
     println!(
-        "kvfabric transport bench: {} blocks x {block_bytes} B, {count} fetches x {REPETITIONS} per phase ({:.2} GB), fetches_in_flight_max {}",
+        "kvfabric transport bench: {} blocks x {block_bytes} B, {count} fetches x {REPETITIONS} per phase ({:.2} GB), fetches_in_flight_max {} (UCX get mode: {})",
         opts.blocks,
         (count * REPETITIONS * block_bytes) as f64 / 1e9,
-        opts.inflight
+        opts.inflight,
+        opts.get_inflight
     );
     println!("tuned: {:?}", opts.tuning);
     #[cfg(feature = "ucx")]

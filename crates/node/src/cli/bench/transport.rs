@@ -12,7 +12,8 @@ use clap::Args;
 /// parser (one parser for both entry points), which rejects unknown ones.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct TransportArgs {
-    /// Options: --blocks N (16), --rounds R (20), --inflight K (1), --workers N (1),
+    /// Options: --blocks N (16), --rounds R (20), --inflight K (1), --get-inflight K (2, UCX
+    /// get mode), --workers N (1),
     /// --server-workers N (1), --mtu B, --max-udp B, --stream-window B, --conn-window B,
     /// --send-window B, --socket-buffer B, --no-mtud, --gso, --fair, --skip-stock; with the
     /// `ucx` feature --ucx-tls TLS, --ucx-shm-tls TLS (get mode over shared memory: sm,tcp),
