@@ -27,6 +27,11 @@ fn run(args: &[&str]) -> anyhow::Result<()> {
         .stdin(Stdio::null())
         .output()
         .with_context(|| format!("running {}", args.join(" ")))?;
+    succeeded(args, &out)
+}
+
+/// `Ok` when the command exited 0, else an error naming it and its stderr.
+fn succeeded(args: &[&str], out: &std::process::Output) -> anyhow::Result<()> {
     anyhow::ensure!(
         out.status.success(),
         "{} failed: {}",
@@ -49,13 +54,7 @@ fn run_stdin(args: &[&str], input: &str) -> anyhow::Result<()> {
         s.write_all(input.as_bytes())?;
     }
     let out = child.wait_with_output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "{} failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-    Ok(())
+    succeeded(args, &out)
 }
 
 /// Whether this machine can run nodes in namespaces: `ip netns` works (root) and `nft` exists.

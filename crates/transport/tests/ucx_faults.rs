@@ -191,12 +191,7 @@ async fn a_peer_dying_mid_transfer_fails_the_fetch_promptly_and_nothing_is_insta
     peer.kill();
     let result = fetch.await.expect("fetch task");
     let took = killed.elapsed();
-    match &result {
-        Err(TransportError::ConnectionLost { reason, .. }) => {
-            assert!(reason.contains("of 4194304 payload bytes"), "{reason}");
-        }
-        other => panic!("expected a lost connection, found {other:?}"),
-    }
+    assert_lost_naming(&result, "of 4194304 payload bytes");
     // The error handler noticed, not the fetch timeout (20 s).
     assert!(took < PROMPT, "took {took:?} after the kill");
     let counters = c.counters();
@@ -437,14 +432,12 @@ async fn a_block_cut_short_by_its_sender_is_lost_not_installed() {
         }
     });
     let c = client(suite_config()).await;
-    match c.fetch(&peer.peer("raw"), ns(), BlockId([1; 32])).await {
-        // How many of the 4,000 bytes arrive before the reset depends on the kernel (a reset
-        // may discard unread data) and on which UCX callback runs first; never all 10,000.
-        Err(TransportError::ConnectionLost { reason, .. }) => {
-            assert!(reason.contains(" of 10000 payload bytes"), "{reason}");
-        }
-        other => panic!("expected a lost connection, found {other:?}"),
-    }
+    // How many of the 4,000 bytes arrive before the reset depends on the kernel (a reset
+    // may discard unread data) and on which UCX callback runs first; never all 10,000.
+    assert_lost_naming(
+        &c.fetch(&peer.peer("raw"), ns(), BlockId([1; 32])).await,
+        " of 10000 payload bytes",
+    );
     let counters = c.counters();
     assert_eq!(counters.fetches_ok, 0);
     assert!(counters.bytes_in <= (FRAME_HEADER_LEN + 4_000) as u64);
@@ -573,12 +566,7 @@ async fn a_server_dying_mid_read_fails_the_get_promptly_and_nothing_is_installed
     server.close().await;
     let result = fetch.await.expect("fetch task");
     let took = killed.elapsed();
-    match &result {
-        Err(TransportError::ConnectionLost { reason, .. }) => {
-            assert!(reason.contains("bytes read one-sided"), "{reason}");
-        }
-        other => panic!("expected a lost connection, found {other:?}"),
-    }
+    assert_lost_naming(&result, "bytes read one-sided");
     assert!(took < PROMPT, "took {took:?} after the server died");
     let counters = c.counters();
     assert_eq!(
@@ -678,5 +666,15 @@ async fn broken_leases_are_refused_counted_and_close_the_connection() {
         assert_eq!(counters.protocol_violations, i as u64 + 1, "{name}");
         assert_eq!(counters.connections_closed, i as u64 + 1, "{name}: closed");
         assert_eq!(counters.fetches_ok, 0, "{name}");
+    }
+}
+
+/// `result` is a lost connection whose reason names `part` (how much had arrived).
+fn assert_lost_naming(result: &Result<VerifiedBlock, TransportError>, part: &str) {
+    match result {
+        Err(TransportError::ConnectionLost { reason, .. }) => {
+            assert!(reason.contains(part), "{reason}");
+        }
+        other => panic!("expected a lost connection, found {other:?}"),
     }
 }
