@@ -6,17 +6,18 @@
 //! followed by a release is a release), so claims and releases of one batch never overlap and
 //! their order inside the entry does not matter.
 //!
-//! [`Batcher`] drives a queue from a task (group commit, pipelined): callers await the commit
-//! of the entry that carried their record. When nothing is in flight and no further request
-//! is already queued, what is pending is proposed at once: a lone caller never waits out a
-//! batching delay. While entries are in flight, records gather into the next one, which is
-//! proposed in a free slot (at most `batch_inflight_max` entries in flight) once it is full or
-//! its oldest record has waited `batch_delay_ms_max`, or at once when the pipeline drains: so
-//! entries grow with the load instead of multiplying (each entry costs a Raft round and a
-//! log write on every member, whatever its size). Two entries in flight together never touch the same `(block, tier)` record or
-//! chunk key (a later one waits), so however the leader orders concurrent proposals, every
-//! record ends as its last operation left it. Back-pressure: the request channel is bounded
-//! by `batch_queue_max`, and the task stops taking requests while full batches wait for slots.
+//! [`Batcher`] drives a queue from a task (pipelined): callers await the commit of the entry
+//! that carried their record. Whatever is pending is proposed as soon as a pipeline slot is
+//! free (at most `batch_inflight_max` entries in flight): a caller never waits out a batching
+//! delay, nor a round of someone else's entry. While every slot is taken, records gather into
+//! the next entry, which goes once a slot frees, or takes one at once when full; so entries
+//! grow with the load. Grouping across rounds is the leader's job: it merges the writes that
+//! reach it together into one entry ([`crate::merge`]), which is what bounds the entries per
+//! round (each entry costs a Raft round and a log write on every member, whatever its size).
+//! Two entries in flight together never touch the same `(block, tier)` record or chunk key (a
+//! later one waits), so however the leader orders concurrent proposals, every record ends as
+//! its last operation left it. Back-pressure: the request channel is bounded by
+//! `batch_queue_max`, and the task stops taking requests while full batches wait for slots.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
@@ -293,9 +294,9 @@ impl Pipeline {
         self.touched.values().any(|t| t.overlaps(batch))
     }
 
-    /// Proposes, while slots are free: full (or due) batches in order, then, when nothing is
-    /// in flight, whatever is pending (group commit: no caller is left to wait for). A batch that touches a record of an
-    /// entry in flight waits for that entry, and so does everything behind it.
+    /// Proposes, while slots are free: full (or due) batches in order, then whatever is
+    /// pending. A batch that touches a record of an entry in flight waits for that entry, and
+    /// so does everything behind it.
     fn propose(&mut self) {
         while self.in_flight.len() < self.depth {
             if let Some((batch, _)) = self.ready.front() {
@@ -306,11 +307,8 @@ impl Pipeline {
                 self.start(batch, waiters);
                 continue;
             }
-            // A partial batch goes only to an idle pipeline: while entries are in flight, records
-            // gather into the next entry (group commit) until it fills or falls due.
-            if !self.in_flight.is_empty() {
-                return;
-            }
+            // A partial batch takes a free slot at once (the leader merges what arrives
+            // together); records gather only while every slot is taken.
             let Some(batch) = self.queue.take() else {
                 return;
             };

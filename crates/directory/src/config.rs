@@ -40,7 +40,8 @@ pub struct DirectoryConfig {
     pub election_timeout_max_ms: u64,
     /// Most records (claims + releases + chunk mappings) coalesced into one Raft entry.
     pub batch_records_max: usize,
-    /// Longest a record waits in the batcher before its batch is proposed.
+    /// Longest records gather into one batch while every pipeline slot is taken (a record
+    /// that finds a slot free is proposed at once); the batch then takes the next free slot.
     pub batch_delay_ms_max: u64,
     /// Requests queued towards one batcher before callers wait (back-pressure).
     pub batch_queue_max: usize,

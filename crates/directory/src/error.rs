@@ -17,7 +17,7 @@ pub enum DirectoryError {
         /// What was given.
         found: String,
     },
-    /// The embedded store (redb) failed.
+    /// The member's store (the WAL or redb) failed.
     #[error("storage {op} failed: {reason}")]
     Storage {
         /// What was being done.
@@ -117,7 +117,7 @@ pub enum DirectoryError {
 }
 
 impl DirectoryError {
-    /// Maps a redb (or other storage) error.
+    /// Maps a storage (WAL, redb, file system) error.
     pub(crate) fn storage(op: &'static str, e: impl std::fmt::Display) -> DirectoryError {
         DirectoryError::Storage {
             op,

@@ -3,8 +3,8 @@
 //!
 //! Owns, per shard: the state machine (`BlockId → owners {(node, tier, epoch)}`,
 //! `ChunkKey → BlockId`, node epochs and liveness leases; [`shard`]), exactly-once application of
-//! retried writes ([`sessions`]), its persistence in redb
-//! (the Raft log, vote and snapshots; [`storage`]), the batching of ownership records
+//! retried writes ([`sessions`]), its persistence (the Raft log and vote in a write-ahead
+//! log of its own, snapshots in redb; [`storage`]), the batching of ownership records
 //! ([`batcher`]) and, on the leader, the merging of several nodes' batches into one entry
 //! ([`merge`]), reads at local or linearizable consistency ([`read`]), membership changes
 //! ([`membership`]), and the network seam Raft talks through ([`network`], [`rpc`], [`codec`]),

@@ -1,4 +1,4 @@
-//! The Raft log and vote in redb: openraft's `RaftLogStorage`.
+//! The Raft log and vote in the WAL ([`super::wal`]): openraft's `RaftLogStorage`.
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
@@ -6,23 +6,20 @@ use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader, Vote};
-use redb::{Database, ReadableDatabase, ReadableTable};
 use tokio::sync::oneshot;
 
 use super::log_tail::LogTail;
 use super::log_writer::{Appended, LogWriter, Op};
-use super::records::{
-    blocking, decode, encode, io_read, io_write, read_meta, KEY_COMMITTED, KEY_LAST_PURGED,
-    KEY_VOTE, LOG,
-};
+use super::records::{io_read, io_write};
+use super::wal::{frame_entry, Wal, WalReader};
 use crate::ids::NodeId;
 use crate::type_config::{Entry, LogId, StorageError, TypeConfig};
 
-/// The log store of one member. Cheap to clone: clones share the database, the in-memory
+/// The log store of one member. Cheap to clone: clones share the WAL's index, the in-memory
 /// tail and the writer thread (joined when the last clone goes).
 #[derive(Clone)]
 pub struct LogStore {
-    db: Arc<Database>,
+    wal: WalReader,
     tail: Arc<Mutex<LogTail>>,
     writer: Arc<LogWriter>,
 }
@@ -34,10 +31,14 @@ impl Debug for LogStore {
 }
 
 impl LogStore {
-    pub(super) fn new(db: Arc<Database>) -> std::io::Result<LogStore> {
+    pub(super) fn new(wal: Wal, reader: WalReader) -> std::io::Result<LogStore> {
         let tail = Arc::new(Mutex::new(LogTail::default()));
-        let writer = Arc::new(LogWriter::spawn(db.clone(), tail.clone())?);
-        Ok(LogStore { db, tail, writer })
+        let writer = Arc::new(LogWriter::spawn(wal, tail.clone())?);
+        Ok(LogStore {
+            wal: reader,
+            tail,
+            writer,
+        })
     }
 
     /// Every entry in `range` that is still in the log (for tests and tools that audit it).
@@ -50,7 +51,7 @@ impl LogStore {
         self.tail.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The tail's part of `bounds` from memory, the part below the tail from redb.
+    /// The tail's part of `bounds` from memory, the part below the tail from the WAL.
     async fn read(&self, bounds: (Bound<u64>, Bound<u64>)) -> Result<Vec<Entry>, StorageError> {
         let (first, from_tail) = {
             let t = self.tail();
@@ -65,7 +66,11 @@ impl LogStore {
             (Some(first), (start, Bound::Excluded(e))) if e <= first => (start, Bound::Excluded(e)),
             (Some(first), (start, _)) => (start, Bound::Excluded(first)),
         };
-        let mut out = read_range(&self.db, below).await?;
+        let wal = self.wal.clone();
+        let mut out = tokio::task::spawn_blocking(move || wal.read(below))
+            .await
+            .map_err(|e| io_read(format!("blocking task: {e}")))?
+            .map_err(io_read)?;
         out.extend(from_tail);
         Ok(out)
     }
@@ -80,34 +85,6 @@ impl LogStore {
         rx.await
             .map_err(|_| "the log writer dropped a reply".to_string())?
     }
-}
-
-async fn read_range(
-    db: &Arc<Database>,
-    bounds: (Bound<u64>, Bound<u64>),
-) -> Result<Vec<Entry>, StorageError> {
-    blocking(db, move |db| {
-        let txn = db.begin_read().map_err(|e| e.to_string())?;
-        let log = txn.open_table(LOG).map_err(|e| e.to_string())?;
-        let mut out = Vec::new();
-        for item in log.range::<u64>(bounds).map_err(|e| e.to_string())? {
-            let (k, v) = item.map_err(|e| e.to_string())?;
-            let entry: Entry = decode(v.value())?;
-            // The key is the index: a mismatch means the table was written wrongly.
-            if entry.log_id.index != k.value() {
-                return Err(format!(
-                    "entry at key {} expected index {}, found {}",
-                    k.value(),
-                    k.value(),
-                    entry.log_id.index
-                ));
-            }
-            out.push(entry);
-        }
-        Ok(out)
-    })
-    .await
-    .map_err(io_read)
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -125,21 +102,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let staged_last = self.tail().last_log_id();
-        let (last_purged, last) = blocking(&self.db, |db| {
-            let last_purged: Option<LogId> = read_meta(db, KEY_LAST_PURGED)?;
-            let txn = db.begin_read().map_err(|e| e.to_string())?;
-            let log = txn.open_table(LOG).map_err(|e| e.to_string())?;
-            let last = match log.last().map_err(|e| e.to_string())? {
-                Some((_, v)) => Some(decode::<Entry>(v.value())?.log_id),
-                None => None,
-            };
-            Ok((last_purged, last))
-        })
-        .await
-        .map_err(io_read)?;
+        let last_purged = self.wal.state().last_purged;
+        let last = self.wal.last_log_id();
         Ok(LogState {
             last_purged_log_id: last_purged,
-            // The tail, when it holds anything, is newer than the table.
+            // The tail, when it holds anything, is newer than the WAL's index.
             last_log_id: staged_last.or(last).or(last_purged),
         })
     }
@@ -156,13 +123,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
-        blocking(&self.db, |db| read_meta(db, KEY_VOTE))
-            .await
-            .map_err(io_read)
+        Ok(self.wal.state().vote)
     }
 
     /// Queued, not awaited: the writer puts the latest committed id into its next
-    /// transaction (see `log_writer`). openraft treats the saved committed id as an optional
+    /// write (see `log_writer`). openraft treats the saved committed id as an optional
     /// hint (on open it re-applies the log up to it, and learns the rest from the leader), so
     /// a crash that loses the latest one costs a little catching up, never an entry.
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
@@ -170,14 +135,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
-        let c: Option<Option<LogId>> = blocking(&self.db, |db| read_meta(db, KEY_COMMITTED))
-            .await
-            .map_err(io_read)?;
-        Ok(c.flatten())
+        Ok(self.wal.state().committed)
     }
 
     /// Stages the entries in the tail (readable on return) and queues their write; the
-    /// callback fires when the transaction holding them is on disk.
+    /// callback fires when the write holding them is on disk.
     async fn append<I>(
         &mut self,
         entries: I,
@@ -190,22 +152,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let entries: Vec<Entry> = entries.into_iter().collect();
         let records = entries
             .iter()
-            .map(|e| encode(e).map(|r| (e.log_id.index, r)))
+            .map(|e| frame_entry(e).map(|r| (e.log_id, r)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(io_write)?;
-        let ids = entries.iter().map(|e| e.log_id).collect();
         self.tail().stage(&entries).map_err(io_write)?;
         self.writer
-            .send(Op::Append(Appended {
-                records,
-                ids,
-                callback,
-            }))
+            .send(Op::Append(Appended { records, callback }))
             .map_err(io_write)
     }
 
-    /// Drops the suffix from the tail at once and waits for the table's deletion, so that no
-    /// reader finds a truncated entry afterwards.
+    /// Drops the suffix from the tail at once and waits for the truncation's record, so that
+    /// no reader finds a truncated entry afterwards.
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         let from = log_id.index;
         self.tail().truncate(from);

@@ -1,9 +1,9 @@
 //! The log's in-memory tail: entries appended but not yet on disk, and the most recent durable
-//! ones, so that replication and apply read fresh entries without touching redb.
+//! ones, so that replication and apply read fresh entries without touching the disk.
 //!
 //! The tail is always one contiguous run of indices `[first, last]`. Below `first` every entry
-//! is in redb (only durable entries are ever evicted, oldest first); at and above `first` the
-//! tail is the truth (an appended entry is staged here before its transaction commits, which is
+//! is in the WAL (only durable entries are ever evicted, oldest first); at and above `first` the
+//! tail is the truth (an appended entry is staged here before its write is synced, which is
 //! what lets `append` return before the fsync, as openraft's storage contract allows).
 
 use std::collections::BTreeMap;
@@ -52,7 +52,7 @@ impl LogTail {
         Ok(())
     }
 
-    /// Marks entries durable after their transaction committed (only those still holding the
+    /// Marks entries durable after their write was synced (only those still holding the
     /// same log id: a truncation may have dropped them), then evicts the oldest durable ones
     /// beyond [`TAIL_DURABLE_MAX`].
     pub(super) fn mark_durable(&mut self, written: &[LogId]) {
@@ -170,7 +170,7 @@ mod tests {
         t.stage(&old).unwrap();
         t.truncate(3);
         t.stage(&[entry(2, 3)]).unwrap();
-        // The transaction that wrote the old entry 3 commits after the truncation: the new
+        // The write of the old entry 3 is synced after the truncation: the new
         // entry 3 must stay staged.
         t.mark_durable(&ids(&old));
         assert_eq!(t.read(3..).len(), 1);

@@ -1,4 +1,5 @@
-//! Table definitions, record encoding and the blocking-pool bridge of the redb store.
+//! Table definitions, record encoding (shared with the WAL) and the blocking-pool bridge of
+//! the redb store.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,16 +13,18 @@ use crate::error::DirectoryError;
 use crate::ids::{NodeId, ShardId};
 use crate::type_config::StorageError;
 
-/// Log entries by index.
+/// Log entries by index: where earlier versions kept the log (now in the WAL; read only to
+/// move it there).
 pub(super) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
-/// Vote, committed id, purge point, snapshot, shard id.
+/// Snapshot and shard id (and, in earlier versions, vote, committed id and purge point).
 pub(super) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
 pub(super) const KEY_SHARD: &str = "shard";
+pub(super) const KEY_SNAPSHOT: &str = "snapshot";
+/// Earlier versions' log meta records (moved into the WAL on open).
 pub(super) const KEY_VOTE: &str = "vote";
 pub(super) const KEY_COMMITTED: &str = "committed";
 pub(super) const KEY_LAST_PURGED: &str = "last_purged";
-pub(super) const KEY_SNAPSHOT: &str = "snapshot";
 
 /// Version byte in front of every record; bump when a record's layout changes.
 const RECORD_VERSION: u8 = 1;

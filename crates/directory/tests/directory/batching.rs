@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kvfabric_directory::testing::TestCluster;
-use kvfabric_directory::{Batcher, Command, DirectoryConfig, NodeId, ReadConsistency};
+use kvfabric_directory::{
+    Batcher, Command, DirectoryConfig, NodeId, OwnershipBatch, ReadConsistency,
+};
 use kvfabric_store::Tier;
 use openraft::EntryPayload;
 
@@ -61,20 +63,26 @@ async fn records_coalesce_into_entries_bounded_in_size_and_delay() -> anyhow::Re
         let EntryPayload::Normal(request) = &e.payload else {
             panic!("entry {index}: expected a request, found {:?}", e.payload)
         };
-        let Command::Ownership(batch) = &request.command else {
-            panic!(
-                "entry {index}: expected an ownership batch, found {:?}",
-                request.command
-            )
+        // One batch, or (the batcher pipelines, the leader merges what arrives together)
+        // several of this node's batches in one entry.
+        let batches: Vec<&OwnershipBatch> = match &request.command {
+            Command::Ownership(batch) => vec![batch],
+            Command::Merged(requests) => requests
+                .iter()
+                .map(|r| match &r.command {
+                    Command::Ownership(batch) => batch,
+                    other => panic!("entry {index}: expected ownership batches, found {other:?}"),
+                })
+                .collect(),
+            other => panic!("entry {index}: expected an ownership batch, found {other:?}"),
         };
-        assert_eq!(batch.node, NodeId(5));
-        assert!(
-            batch.len() <= 8,
-            "entry {index} carries {} records",
-            batch.len()
-        );
-        assert_eq!(batch.len(), *callers, "entry {index}");
-        records_in_log += batch.len();
+        let records: usize = batches.iter().map(|b| b.len()).sum();
+        for batch in &batches {
+            assert_eq!(batch.node, NodeId(5));
+        }
+        assert!(records <= 8, "entry {index} carries {records} records");
+        assert_eq!(records, *callers, "entry {index}");
+        records_in_log += records;
     }
     assert_eq!(records_in_log, 50);
     assert!(

@@ -1,4 +1,4 @@
-//! Directory tests against real members in one process: redb stores on temp dirs, the
+//! Directory tests against real members in one process: their stores (WAL + redb) on temp dirs, the
 //! in-memory router as the network, a manual clock for leases. Each cluster test runs in
 //! phases announced with `tracing::info!` (RUST_LOG=info to follow them).
 

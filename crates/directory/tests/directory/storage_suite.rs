@@ -1,4 +1,4 @@
-//! openraft's own storage conformance suite, run against the redb store.
+//! openraft's own storage conformance suite, run against the member's store (WAL + redb).
 
 use std::sync::Arc;
 
@@ -7,9 +7,11 @@ use kvfabric_directory::{NodeId, ShardId, TypeConfig};
 use openraft::testing::{StoreBuilder, Suite};
 use openraft::{AnyError, StorageError, StorageIOError};
 
-struct RedbBuilder;
+struct MemberStoreBuilder;
 
-impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> for RedbBuilder {
+impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir>
+    for MemberStoreBuilder
+{
     async fn build(
         &self,
     ) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError<NodeId>> {
@@ -27,6 +29,6 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> fo
 }
 
 #[test]
-fn redb_store_passes_openraft_storage_suite() -> anyhow::Result<()> {
-    Suite::test_all(RedbBuilder).map_err(|e| anyhow::anyhow!("openraft storage suite: {e}"))
+fn member_store_passes_openraft_storage_suite() -> anyhow::Result<()> {
+    Suite::test_all(MemberStoreBuilder).map_err(|e| anyhow::anyhow!("openraft storage suite: {e}"))
 }

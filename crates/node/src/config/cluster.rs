@@ -19,7 +19,7 @@
 //! repair_interval_ms = 5000         # optional: re-replication pass period; 0 turns it off
 //! repair_blocks_max = 256           # optional: most blocks one pass re-replicates
 //! batch_records_max = 512           # optional: ownership records per Raft entry
-//! batch_delay_ms_max = 5            # optional: longest a record waits for its batch
+//! batch_delay_ms_max = 5            # optional: longest records gather while the pipeline is full
 //! batch_inflight_max = 4            # optional: ownership entries pipelined per node
 //! heartbeat_interval_ms = 100       # optional, Raft
 //! election_timeout_min_ms = 500     # optional, Raft

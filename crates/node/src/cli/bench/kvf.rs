@@ -1,5 +1,6 @@
 //! The kvfabric side: 3 directory members in this process, each on its own QUIC Raft endpoint
-//! on loopback (the node's network, mTLS under a fresh cluster CA), each with its own redb store.
+//! on loopback (the node's network, mTLS under a fresh cluster CA), each with its own store (a
+//! WAL for the log, redb for the snapshot).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -113,9 +114,7 @@ async fn measure(
     );
 
     let rss_before = rss_bytes(std::process::id()).unwrap_or(0);
-    let disk_before: u64 = (1..=MEMBERS)
-        .map(|i| dir_bytes(&work.join(format!("n{i}"))))
-        .sum();
+    let disk_before = store_bytes(work);
     let t0 = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..a.clients {
@@ -156,9 +155,7 @@ async fn measure(
         }
     }
     let rss_after = rss_bytes(std::process::id()).unwrap_or(0);
-    let disk_after: u64 = (1..=MEMBERS)
-        .map(|i| dir_bytes(&work.join(format!("n{i}"))))
-        .sum();
+    let disk_after = store_bytes(work);
     let per = |b: u64, a2: u64| a2.saturating_sub(b) as f64 / a.records as f64 / MEMBERS as f64;
     let reg_per_s = a.records as f64 / reg_s;
     println!("kvfabric: {} records committed in {reg_s:.2} s", a.records);
@@ -176,11 +173,21 @@ async fn measure(
                 per(rss_before, rss_after),
             ),
             (
-                "redb file growth (log + state) / records / 3 members".into(),
+                "store growth (WAL + redb snapshot) / records / 3 members".into(),
                 per(disk_before, disk_after),
             ),
         ],
     })
+}
+
+/// Bytes on disk of every member's store: its redb file (snapshot) and its WAL directory
+/// (the log, with up to a MiB of zeroed space ahead of the write position).
+fn store_bytes(work: &Path) -> u64 {
+    (1..=MEMBERS)
+        .map(|i| {
+            dir_bytes(&work.join(format!("n{i}"))) + dir_bytes(&work.join(format!("n{i}.wal")))
+        })
+        .sum()
 }
 
 /// `a.lookups` lookups at `consistency` from `a.clients` concurrent clients spread over the

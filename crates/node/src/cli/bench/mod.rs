@@ -4,7 +4,7 @@
 //! client concurrency), in one run; prints a table and, last, `ratio registrations_over_etcd`.
 //!
 //! The kvfabric members run in this process (the node has no API for raw ownership records),
-//! each with its own QUIC Raft endpoint, certificate and redb store; registrations go through
+//! each with its own QUIC Raft endpoint, certificate and store (WAL + redb); registrations go through
 //! the [`kvfabric_directory::Batcher`], the production write path.
 //!
 //! `kvfabric bench reuse` ([`reuse`]): routing policies compared through `kvfabric router`.
@@ -56,7 +56,7 @@ pub(crate) struct DirectoryArgs {
     /// Lookups per consistency level (each side).
     #[arg(long, default_value_t = 20_000)]
     lookups: u64,
-    /// Working directory (certificates, redb stores, etcd data); a fresh one under the
+    /// Working directory (certificates, directory stores, etcd data); a fresh one under the
     /// system's temp dir if absent. Removed at the end unless `--keep`.
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -138,7 +138,7 @@ fn bench(
         "kvfabric bench directory: {} records, {} clients, {} lookups per consistency",
         a.records, a.clients, a.lookups
     );
-    println!("kvfabric: 3 directory members in this process, Raft over QUIC (mTLS) on loopback, one redb store each");
+    println!("kvfabric: 3 directory members in this process, Raft over QUIC (mTLS) on loopback, one store each (WAL + redb)");
     let kvf = rt.block_on(kvf::run(a, &dir.join("kvfabric")))?;
     let etcd = if a.skip_etcd {
         println!("etcd: skipped (--skip-etcd)");
