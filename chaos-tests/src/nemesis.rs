@@ -13,7 +13,8 @@ use crate::nodes::Nodes;
 use crate::relay::{Net, Rules};
 use crate::rng::Rng;
 
-/// Set by SIGINT / SIGTERM: the run stops injecting, heals and reports.
+/// Set by SIGINT / SIGTERM: the run stops injecting, heals, cuts its final checks short,
+/// cleans up and reports what it checked.
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: i32) {
@@ -45,7 +46,13 @@ pub fn current_leader(client: &Client, apis: &[String]) -> Option<u64> {
         .find_map(|(l, _)| l)
 }
 
-fn sleep_interruptible(ms: u64) {
+/// Whether SIGINT / SIGTERM arrived.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// Sleeps `ms`, or less when interrupted.
+pub fn sleep_interruptible(ms: u64) {
     let mut left = ms;
     while left > 0 && !INTERRUPTED.load(Ordering::SeqCst) {
         let step = left.min(100);

@@ -286,14 +286,15 @@ fn process_alive(pid: i32) -> bool {
     unsafe { libc::kill(pid, 0) == 0 }
 }
 
-/// Polls `f` every 200 ms until it returns `Some` or `limit` passes.
+/// Polls `f` every 200 ms until it returns `Some`, `limit` passes or the run is interrupted
+/// (SIGINT / SIGTERM; see [`crate::nemesis::interrupted`]).
 pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let start = Instant::now();
     loop {
         if let Some(v) = f() {
             return Some(v);
         }
-        if start.elapsed() >= limit {
+        if start.elapsed() >= limit || crate::nemesis::interrupted() {
             return None;
         }
         std::thread::sleep(Duration::from_millis(200));

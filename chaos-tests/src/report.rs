@@ -55,6 +55,9 @@ pub struct Report {
     pub duration_s: f64,
     /// Seconds the nemesis actually ran (less when interrupted).
     pub ran_s: f64,
+    /// Stopped by SIGINT / SIGTERM: faults healed early and the final checks cut short
+    /// (`checked` counts what was checked).
+    pub interrupted: bool,
     /// Nodes.
     pub nodes: u32,
     /// Replication factor.
@@ -150,6 +153,7 @@ impl Report {
             seed: cfg.seed,
             duration_s: cfg.duration.as_secs_f64(),
             ran_s: 0.0,
+            interrupted: false,
             nodes: cfg.nodes,
             replication: cfg.replication,
             planted: cfg.planted.clone(),
@@ -211,6 +215,12 @@ impl Report {
         for (k, n) in &self.violations_by_kind {
             let _ = writeln!(t, "  {k:<26} {n:>10}");
         }
+        if self.interrupted {
+            let _ = writeln!(
+                t,
+                "INTERRUPTED (SIGINT / SIGTERM): faults healed early, final checks cut short; the counts below are what was checked"
+            );
+        }
         let c = &self.checked;
         let _ = writeln!(
             t,
@@ -228,9 +238,11 @@ impl Report {
         let _ = writeln!(
             t,
             "recovery: converged {} (bound {:.0} s); unavailability after {} leader losses: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
-            self.converged_s
-                .map(|s| format!("in {s:.1} s"))
-                .unwrap_or_else(|| "NOT".into()),
+            match (self.converged_s, self.interrupted) {
+                (Some(s), _) => format!("in {s:.1} s"),
+                (None, true) => "not waited for (interrupted)".into(),
+                (None, false) => "NOT".into(),
+            },
             self.converge_bound_s,
             u.count,
             u.p50_ms,

@@ -234,6 +234,10 @@ fn drive(
         apis.iter().all(|a| client.ready(a)).then_some(())
     });
     if ready.is_none() {
+        anyhow::ensure!(
+            !nemesis::interrupted(),
+            "interrupted while waiting for the cluster to become ready"
+        );
         anyhow::bail!(
             "the cluster did not become ready within 120 s; n1's log ends:\n{}",
             nodes.log_tail(1, 20)
@@ -270,14 +274,19 @@ fn drive(
     );
     let ran_s = rec.now_ms() / 1000.0;
     let healed_at = Instant::now();
+    eprintln!(
+        "kvfabric-chaos: faults healed after {ran_s:.0} s{}; final checks (convergence, probes of every acknowledged block)",
+        if nemesis::interrupted() { " (interrupted)" } else { "" }
+    );
     // Let the clients see the healed cluster for a moment, then stop them.
-    std::thread::sleep(Duration::from_secs(3));
+    nemesis::sleep_interruptible(3_000);
     workload.stop();
     let history = rec.snapshot();
     let end = settle(&history, &client, apis, healed_at, cfg.converge_bound);
     let checked = check(&history, &end);
     let mut report = Report::new(cfg, &history, &end, checked, net, dir);
     report.ran_s = ran_s;
+    report.interrupted = nemesis::interrupted();
     if !report.passed() || cfg.keep {
         // The whole history beside the logs, for the failing seed's post-mortem.
         std::fs::write(dir.join("history.json"), serde_json::to_vec(&history)?)?;
@@ -287,7 +296,9 @@ fn drive(
 
 /// Waits for convergence (every node names the same leader; for a sample of acknowledged
 /// blocks, the directory's live owners equal the nodes that hold them), then probes every
-/// acknowledged block on every node and looks every chunk key up.
+/// acknowledged block on every node and looks every chunk key up. Interrupted (SIGINT /
+/// SIGTERM), it stops where it is: what was probed is checked, the rest is left out (the
+/// checker skips blocks and keys it has no final state for), and convergence is not judged.
 fn settle(
     h: &crate::history::Recorded,
     client: &Client,
@@ -348,6 +359,9 @@ fn settle(
     let mut holders = BTreeMap::new();
     let mut mapped = BTreeMap::new();
     for (key, block) in &acked {
+        if nemesis::interrupted() {
+            break;
+        }
         holders.insert(block.clone(), holders_of(client, apis, block));
         let m = match client.lookup(&apis[0], key) {
             Outcome::Looked { block, .. } => Some(block),
@@ -359,6 +373,9 @@ fn settle(
     }
     // Keys whose put was not acknowledged may still be mapped (unknown outcome).
     for o in &h.ops {
+        if nemesis::interrupted() {
+            break;
+        }
         if let Request::Put { key, .. } = &o.request {
             if !mapped.contains_key(key) {
                 if let Outcome::Looked { block, .. } = client.lookup(&apis[0], key) {
@@ -373,6 +390,7 @@ fn settle(
         converged_s: converged,
         converge_bound_s: bound.as_secs_f64(),
         converge_note: note,
+        interrupted: nemesis::interrupted(),
     }
 }
 
@@ -382,4 +400,51 @@ fn holders_of(client: &Client, apis: &[String], block: &str) -> Vec<u64> {
         .filter(|(_, a)| client.head(a, block) == Some(200))
         .map(|(i, _)| i as u64 + 1)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{Op, Recorded};
+    use std::sync::atomic::Ordering;
+
+    /// With the signal in, the final phase gives up at once on a cluster that would never
+    /// converge (nothing listens), judges nothing it did not probe, and says so.
+    #[test]
+    fn an_interrupt_cuts_the_final_phase_short() {
+        let put = Op {
+            client: 0,
+            node: 1,
+            request: Request::Put {
+                seed: 1,
+                key: "11".repeat(32),
+            },
+            invoke_ms: 0.0,
+            complete_ms: 1.0,
+            outcome: Outcome::Put {
+                block: "aa".repeat(32),
+                replicas: 2,
+            },
+        };
+        let h = Recorded {
+            ops: vec![put],
+            faults: vec![],
+        };
+        let apis = vec!["http://127.0.0.1:1".to_owned()];
+        let client = Client::new(Duration::from_millis(200));
+        nemesis::INTERRUPTED.store(true, Ordering::SeqCst);
+        let started = Instant::now();
+        let end = settle(&h, &client, &apis, started, Duration::from_secs(60));
+        nemesis::INTERRUPTED.store(false, Ordering::SeqCst);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "took {:?}",
+            started.elapsed()
+        );
+        assert!(end.interrupted);
+        assert_eq!(end.converged_s, None);
+        assert!(end.holders.is_empty() && end.mapped.is_empty());
+        let checked = check(&h, &end);
+        assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+    }
 }
