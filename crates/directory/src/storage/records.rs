@@ -37,10 +37,17 @@ fn bincode_config() -> impl bincode::config::Config {
 
 /// `version ‖ bincode(value)`.
 pub(super) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, String> {
-    let mut out = vec![RECORD_VERSION];
-    bincode::serde::encode_into_std_write(value, &mut out, bincode_config())
-        .map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    encode_into(value, &mut out)?;
     Ok(out)
+}
+
+/// Appends `version ‖ bincode(value)` to `out` (the WAL frames records in place with it).
+pub(super) fn encode_into<T: Serialize>(value: &T, out: &mut Vec<u8>) -> Result<(), String> {
+    out.push(RECORD_VERSION);
+    bincode::serde::encode_into_std_write(value, out, bincode_config())
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 /// The inverse of [`encode`]; refuses other versions and trailing bytes.

@@ -11,7 +11,7 @@
 //! the log ends (a write torn by a crash); the segment scanner decides whether that is a torn
 //! tail (last segment) or corruption (any other).
 
-use crate::storage::records::{decode, encode};
+use crate::storage::records::{decode, encode_into};
 use crate::type_config::{Entry, LogId};
 
 use super::Checkpoint;
@@ -80,40 +80,55 @@ impl Record {
 
     /// Appends the framed record to `out`.
     pub(super) fn write_to(&self, out: &mut Vec<u8>) -> Result<(), String> {
-        let body = match self {
-            Record::Entry(e) => encode(e.as_ref())?,
-            Record::Vote(v) => encode(v)?,
-            Record::Committed(c) => encode(c)?,
-            Record::Truncate(from) => encode(from)?,
-            Record::Purge(upto) => encode(upto)?,
-            Record::Checkpoint(c) => encode(c)?,
-        };
-        frame(self.kind(), &body, out)
+        match self {
+            Record::Entry(e) => write_entry(e, out),
+            Record::Vote(v) => frame(self.kind(), out, |o| encode_into(v, o)),
+            Record::Committed(c) => frame(self.kind(), out, |o| encode_into(c, o)),
+            Record::Truncate(from) => frame(self.kind(), out, |o| encode_into(from, o)),
+            Record::Purge(upto) => frame(self.kind(), out, |o| encode_into(upto, o)),
+            Record::Checkpoint(c) => frame(self.kind(), out, |o| encode_into(c, o)),
+        }
     }
 }
 
-/// Appends `kind ‖ body`, framed, to `out`.
-pub(super) fn frame(kind: Kind, body: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
-    let len = body.len() + 1;
+/// Appends `entry`'s framed record to `out`.
+pub(super) fn write_entry(entry: &Entry, out: &mut Vec<u8>) -> Result<(), String> {
+    frame(Kind::Entry, out, |o| encode_into(entry, o))
+}
+
+/// Appends a record of `kind` to `out`, its body written in place by `body`, then fills in
+/// the length and checksum in front of it (no copy of the body).
+fn frame(
+    kind: Kind,
+    out: &mut Vec<u8>,
+    body: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
+) -> Result<(), String> {
+    let start = out.len();
+    out.extend_from_slice(&[0; HEADER_LEN]);
+    out.push(kind as u8);
+    if let Err(e) = body(out) {
+        out.truncate(start);
+        return Err(e);
+    }
+    let len = out.len() - start - HEADER_LEN;
     if len > RECORD_BYTES_MAX {
+        out.truncate(start);
         return Err(format!(
             "a WAL record of at most {RECORD_BYTES_MAX} bytes expected, found {len}"
         ));
     }
     let len = (len as u32).to_le_bytes();
-    let sum = checksum(&len, kind as u8, body);
-    out.extend_from_slice(&len);
-    out.extend_from_slice(&sum);
-    out.push(kind as u8);
-    out.extend_from_slice(body);
+    let sum = checksum(&len, &out[start + HEADER_LEN..]);
+    out[start..start + 4].copy_from_slice(&len);
+    out[start + 4..start + HEADER_LEN].copy_from_slice(&sum);
     Ok(())
 }
 
-fn checksum(len: &[u8; 4], kind: u8, body: &[u8]) -> [u8; 8] {
+/// The first 8 bytes of blake3(`len ‖ kind ‖ body`).
+fn checksum(len: &[u8; 4], kind_and_body: &[u8]) -> [u8; 8] {
     let mut h = blake3::Hasher::new();
     h.update(len);
-    h.update(&[kind]);
-    h.update(body);
+    h.update(kind_and_body);
     let mut out = [0u8; 8];
     out.copy_from_slice(&h.finalize().as_bytes()[..8]);
     out
@@ -154,7 +169,7 @@ pub(super) fn parse(buf: &[u8]) -> Parsed<'_> {
     }
     let (kind, body) = (buf[HEADER_LEN], &buf[HEADER_LEN + 1..total]);
     let len_bytes: [u8; 4] = buf[..4].try_into().expect("4 bytes");
-    if checksum(&len_bytes, kind, body) != buf[4..HEADER_LEN] {
+    if checksum(&len_bytes, &buf[HEADER_LEN..total]) != buf[4..HEADER_LEN] {
         return Parsed::Bad("checksum mismatch".into());
     }
     match Kind::from_u8(kind) {

@@ -193,11 +193,7 @@ enum Staged {
 /// Frames `entry` as its WAL record (done by the caller of `append`, off the writer thread).
 pub(super) fn frame_entry(entry: &Entry) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
-    frame::frame(
-        frame::Kind::Entry,
-        &crate::storage::records::encode(entry)?,
-        &mut out,
-    )?;
+    frame::write_entry(entry, &mut out)?;
     Ok(out)
 }
 
