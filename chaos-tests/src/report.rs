@@ -153,7 +153,7 @@ impl Report {
             seed: cfg.seed,
             duration_s: cfg.duration.as_secs_f64(),
             ran_s: 0.0,
-            interrupted: false,
+            interrupted: end.interrupted,
             nodes: cfg.nodes,
             replication: cfg.replication,
             planted: cfg.planted.clone(),

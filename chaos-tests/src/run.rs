@@ -243,6 +243,10 @@ fn drive(
             nodes.log_tail(1, 20)
         );
     }
+    eprintln!(
+        "kvfabric-chaos: cluster ready; injecting faults for {:.0} s",
+        cfg.duration.as_secs_f64()
+    );
     let mut rng = Rng::new(cfg.seed);
     let rec = Recorder::new();
     if let Some(l) = cfg.lying_peer {
@@ -286,7 +290,6 @@ fn drive(
     let checked = check(&history, &end);
     let mut report = Report::new(cfg, &history, &end, checked, net, dir);
     report.ran_s = ran_s;
-    report.interrupted = nemesis::interrupted();
     if !report.passed() || cfg.keep {
         // The whole history beside the logs, for the failing seed's post-mortem.
         std::fs::write(dir.join("history.json"), serde_json::to_vec(&history)?)?;
