@@ -1,23 +1,19 @@
 //! `kvfabric`: the node binary and its command line.
 //!
-//! Owns: composing the store, the directory and the transport into a node (`cluster`),
-//! serving the HTTP API (`http`), the KV event stream (`events`), the node config (`config`),
-//! the one-shot client commands and the operator commands (`cli`).
+//! Owns: the node config (`config`), the HTTP API over the fabric core (`http`: each handler
+//! maps HTTP to one `kvfabric_core::Fabric` call and its answer or error back), the ZeroMQ
+//! publisher of the KV event stream (`zmq`), starting a node (`cli::node`) and the command
+//! line, whose tools (`cluster`, `demo`, `router`, `engine-sim`) and benchmarks live in the
+//! `kvfabric-tools` and `kvfabric-bench` crates.
 //!
-//! Must never: serve bytes that the store has not verified against the id asked for; let one
-//! tenant read, look up or detect another tenant's blocks; hold the store lock across network
-//! I/O; accept unbounded input (bodies, headers, connections, requests, keys are all capped).
+//! Must never: orchestrate the system in an HTTP handler (the core does); accept unbounded
+//! input (bodies, headers, connections, requests, keys are all capped).
 
 mod cli;
-mod cluster;
 mod config;
-mod events;
 mod http;
-mod ids;
-mod local;
 mod observe;
-mod presets;
-mod route;
+mod zmq;
 
 use std::process::ExitCode;
 
@@ -28,8 +24,8 @@ fn main() -> ExitCode {
     match cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let code = cli::exit::code_for(&e);
-            eprintln!("kvfabric: error: {}", cli::exit::one_line(&e));
+            let code = kvfabric_tools::exit::code_for(&e);
+            eprintln!("kvfabric: error: {}", kvfabric_tools::exit::one_line(&e));
             code
         }
     }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
-use super::client::{read_body, Client, ClientArgs};
+use kvfabric_tools::client::{read_body, Client, ClientArgs};
 
 /// Arguments of `kvfabric get`.
 #[derive(Debug, Args)]

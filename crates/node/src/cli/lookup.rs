@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use super::client::{read_json, Client, ClientArgs};
+use kvfabric_tools::client::{read_json, Client, ClientArgs};
 
 /// Arguments of `kvfabric lookup`.
 #[derive(Debug, Args)]

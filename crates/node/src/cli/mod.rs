@@ -25,22 +25,16 @@
 //! kvfabric bench transport [OPTIONS]                  QUIC (UCX) vs TCP between two processes
 //! ```
 
-mod bench;
 mod certs;
-mod client;
-mod cluster;
-mod demo;
-mod engine_sim;
-pub(crate) mod exit;
 mod get;
-mod json_api;
 mod lookup;
-mod metrics_text;
 mod models;
 mod node;
 mod put;
-mod router;
 mod status;
+
+use kvfabric_bench as bench;
+use kvfabric_tools::{cluster, demo, engine_sim, router};
 
 use clap::{Parser, Subcommand};
 

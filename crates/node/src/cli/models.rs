@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::presets::Catalog;
+use kvfabric_core::presets::Catalog;
 
 /// Arguments of `kvfabric models`.
 #[derive(Debug, Args)]

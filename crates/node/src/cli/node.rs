@@ -26,13 +26,14 @@ use clap::Args;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
-use crate::cluster::Cluster;
+use kvfabric_core::events::{self, EventLog};
+use kvfabric_core::local::LocalNode;
+use kvfabric_core::{Fabric, FabricParts, SystemClock};
+
 use crate::config::{self, Loaded};
-use crate::events::{self, EventLog};
 use crate::http::metrics::Metrics;
 use crate::http::tenancy::Tenancy;
 use crate::http::{router, serve, App};
-use crate::local::LocalNode;
 
 /// Arguments of `kvfabric node`.
 #[derive(Debug, Args)]
@@ -82,22 +83,20 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
         config.events.ring_batches,
         metrics.events.clone(),
     ));
-    let zmq = events::zmq::start(event_log.clone(), &config.events).await?;
+    let zmq = crate::zmq::start(event_log.clone(), &config.events).await?;
+    let catalog = Arc::new(catalog);
     let app = Arc::new(App {
         node_id: config.node_id,
         api: api.clone(),
-        catalog,
+        catalog: catalog.clone(),
         tenancy,
         limits: config.limits.clone(),
         metrics,
-        local: OnceLock::new(),
+        fabric: OnceLock::new(),
         inflight: Arc::new(Semaphore::new(config.limits.max_inflight_requests as usize)),
-        cluster: OnceLock::new(),
-        clustered: config.cluster.is_some(),
         events: event_log.clone(),
         sse_slots: Arc::new(Semaphore::new(config.events.max_sse_subscribers as usize)),
         sse_max: config.events.max_sse_subscribers,
-        route: config.route,
     });
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let server = {
@@ -133,28 +132,31 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
                 Ok(()) => tracing::info!(epoch, "events: epoch announced"),
                 Err(e) => tracing::error!(error = %e, "announcing the event epoch failed"),
             }
-            let _ = app.local.set(local);
             tracing::info!(
                 recovered = recovery.held,
                 orphaned = recovery.orphaned,
                 "store open"
             );
-            if let Some(cluster_config) = config.cluster.clone() {
-                match Cluster::start(
-                    config.node_id,
-                    cluster_config,
-                    &config.data_dir,
-                    app.clone(),
-                )
-                .await
-                {
-                    Ok(c) => {
-                        c.run_membership(app.clone());
-                        events::node_down::spawn(c.clone(), event_log.clone());
-                        let _ = app.cluster.set(c);
-                    }
-                    Err(e) => result = Err(anyhow::Error::new(e).context("joining the cluster")),
+            let parts = FabricParts {
+                me: config.node_id,
+                api: api.clone(),
+                catalog,
+                route: config.route,
+                clock: Arc::new(SystemClock),
+                local: Arc::new(local),
+                events: event_log.clone(),
+            };
+            let fabric = match config.cluster.clone() {
+                None => Ok(Fabric::standalone(parts)),
+                Some(c) => Fabric::start_member(parts, c, &config.data_dir)
+                    .await
+                    .map_err(|e| anyhow::Error::new(e).context("joining the cluster")),
+            };
+            match fabric {
+                Ok(f) => {
+                    let _ = app.fabric.set(Arc::new(f));
                 }
+                Err(e) => result = Err(e),
             }
             if result.is_ok() {
                 tracing::info!("serving");
@@ -170,8 +172,8 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
     if let Some(z) = &zmq {
         z.abort();
     }
-    if let Some(c) = app.cluster.get() {
-        c.shutdown().await;
+    if let Some(f) = app.fabric.get() {
+        f.shutdown().await;
     }
     let _ = stop_tx.send(true);
     server.await.context("the server task failed")?;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use clap::Args;
 
-use super::client::{read_json, Client, ClientArgs, RESPONSE_BYTES_MAX};
+use kvfabric_tools::client::{read_json, Client, ClientArgs, RESPONSE_BYTES_MAX};
 
 /// Arguments of `kvfabric put`.
 #[derive(Debug, Args)]

@@ -34,7 +34,6 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use kvfabric_directory::DirectoryConfig;
@@ -42,32 +41,13 @@ use kvfabric_store::ConfigError;
 
 use super::raw::{RawCluster, RawMember};
 use super::validate::{Check, NODE_ID_MAX};
-use crate::ids::NodeId;
+use kvfabric_core::config::{ClusterConfig, Member};
+use kvfabric_core::NodeId;
 
 /// Most members one cluster config may list.
 pub(crate) const MEMBERS_MAX: usize = 64;
 /// Highest replication factor.
 pub(crate) const REPLICATION_MAX: u32 = 8;
-
-/// One member of the cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Member {
-    /// Its id.
-    pub(crate) id: NodeId,
-    /// Its HTTP API (`http://IP:PORT`).
-    pub(crate) api: String,
-    /// Its block transport.
-    pub(crate) transport: SocketAddr,
-    /// Its Raft endpoint.
-    pub(crate) raft: SocketAddr,
-}
-
-impl Member {
-    /// The name its certificate carries.
-    pub(crate) fn cert_name(&self) -> String {
-        format!("node{}", self.id.0)
-    }
-}
 
 /// Default period of the re-replication pass.
 const REPAIR_INTERVAL_MS_DEFAULT: u64 = 5_000;
@@ -77,41 +57,6 @@ const REPAIR_INTERVAL_MS_MIN: u64 = 100;
 const REPAIR_BLOCKS_MAX_DEFAULT: usize = 256;
 /// Largest `repair_blocks_max` allowed.
 const REPAIR_BLOCKS_MAX_LIMIT: usize = 65_536;
-
-/// A validated `[cluster]`.
-#[derive(Debug, Clone)]
-pub(crate) struct ClusterConfig {
-    /// Where this node's block transport listens.
-    pub(crate) transport_listen: SocketAddr,
-    /// Where this node's Raft endpoint listens.
-    pub(crate) raft_listen: SocketAddr,
-    /// The certificates directory.
-    pub(crate) certs_dir: PathBuf,
-    /// Development only: generate a CA and every member's certificate into `certs_dir` at
-    /// start when it holds none (the first member to start writes them, under a lock).
-    pub(crate) generate_dev_certs: bool,
-    /// This node's certificate name.
-    pub(crate) cert_name: String,
-    /// Copies a put waits for, this node's included.
-    pub(crate) replication: u32,
-    /// Period of lease renewals.
-    pub(crate) lease_renew: Duration,
-    /// Period of the re-replication pass (`None`: off).
-    pub(crate) repair_interval: Option<Duration>,
-    /// Most blocks one re-replication pass repairs.
-    pub(crate) repair_blocks_max: usize,
-    /// Every member, by id.
-    pub(crate) members: Vec<Member>,
-    /// The directory's bounds.
-    pub(crate) directory: DirectoryConfig,
-}
-
-impl ClusterConfig {
-    /// The member with `id`.
-    pub(crate) fn member(&self, id: NodeId) -> Option<&Member> {
-        self.members.iter().find(|m| m.id == id)
-    }
-}
 
 impl Check<'_> {
     fn socket(&self, key: &str, s: &str) -> Result<SocketAddr, ConfigError> {

@@ -20,7 +20,7 @@ use kvfabric_store::ConfigError;
 
 use super::raw::RawEvents;
 use super::validate::Check;
-use crate::ids::NodeId;
+use kvfabric_core::NodeId;
 
 /// Default batches kept for replay.
 pub(crate) const RING_BATCHES_DEFAULT: u64 = 10_000;

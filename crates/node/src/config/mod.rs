@@ -72,12 +72,11 @@ use std::time::Duration;
 
 use kvfabric_store::{ConfigError, StoreConfig};
 
-use crate::ids::NodeId;
-use crate::presets::Catalog;
+use kvfabric_core::presets::Catalog;
+use kvfabric_core::NodeId;
 
-pub(crate) use cluster::{ClusterConfig, Member};
 pub(crate) use events::EventsConfig;
-pub(crate) use route::RouteConfig;
+pub(crate) use kvfabric_core::config::{ClusterConfig, RouteConfig};
 
 /// Largest config file read, in bytes.
 pub(crate) const CONFIG_FILE_BYTES_MAX: u64 = 1 << 20;

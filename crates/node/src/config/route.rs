@@ -16,6 +16,11 @@
 
 use kvfabric_store::ConfigError;
 
+use kvfabric_core::config::{
+    RouteConfig, DEFAULT_BANDWIDTH_GBPS_DEFAULT, DISK_READ_GBPS_DEFAULT, GPU_READ_GBPS_DEFAULT,
+    HOST_READ_GBPS_DEFAULT, PREFILL_TOKENS_PER_S_DEFAULT,
+};
+
 use super::raw::RawRoute;
 use super::validate::Check;
 
@@ -24,71 +29,31 @@ pub(crate) const RATE_MIN: f64 = 1e-6;
 /// Largest accepted rate (tokens per second or Gbit/s).
 pub(crate) const RATE_MAX: f64 = 1e12;
 
-/// Default recompute speed, tokens per second.
-pub(crate) const PREFILL_TOKENS_PER_S_DEFAULT: f64 = 8_000.0;
-/// Default node-to-node bandwidth, Gbit/s.
-pub(crate) const DEFAULT_BANDWIDTH_GBPS_DEFAULT: f64 = 10.0;
-/// Default read-back bandwidth of the gpu tier, Gbit/s.
-pub(crate) const GPU_READ_GBPS_DEFAULT: f64 = 8_000.0;
-/// Default read-back bandwidth of the host tier, Gbit/s (10 GB/s).
-pub(crate) const HOST_READ_GBPS_DEFAULT: f64 = 80.0;
-/// Default read-back bandwidth of the disk tier, Gbit/s (2 GB/s).
-pub(crate) const DISK_READ_GBPS_DEFAULT: f64 = 16.0;
-
-/// The validated `[route]`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct RouteConfig {
-    /// Tokens per second an engine prefills (recomputes) at.
-    pub(crate) prefill_tokens_per_s: f64,
-    /// Gbit/s between two nodes never measured.
-    pub(crate) default_bandwidth_gbps: f64,
-    /// Gbit/s reading a block back from the gpu tier.
-    pub(crate) gpu_read_gbps: f64,
-    /// Gbit/s reading a block back from the host tier.
-    pub(crate) host_read_gbps: f64,
-    /// Gbit/s reading a block back from the disk tier.
-    pub(crate) disk_read_gbps: f64,
-}
-
-impl Default for RouteConfig {
-    fn default() -> RouteConfig {
-        RouteConfig {
-            prefill_tokens_per_s: PREFILL_TOKENS_PER_S_DEFAULT,
-            default_bandwidth_gbps: DEFAULT_BANDWIDTH_GBPS_DEFAULT,
-            gpu_read_gbps: GPU_READ_GBPS_DEFAULT,
-            host_read_gbps: HOST_READ_GBPS_DEFAULT,
-            disk_read_gbps: DISK_READ_GBPS_DEFAULT,
-        }
-    }
-}
-
-impl RouteConfig {
-    /// Validates `raw`, filling defaults.
-    pub(super) fn check(c: &Check<'_>, raw: &RawRoute) -> Result<RouteConfig, ConfigError> {
-        let rate = |key: &str, v: Option<f64>, default: f64| match v {
-            None => Ok(default),
-            Some(x) if x.is_finite() && (RATE_MIN..=RATE_MAX).contains(&x) => Ok(x),
-            Some(x) => Err(c.err(
-                &format!("route.{key}"),
-                format!("expected a number from {RATE_MIN} to {RATE_MAX}, found {x}"),
-            )),
-        };
-        Ok(RouteConfig {
-            prefill_tokens_per_s: rate(
-                "prefill_tokens_per_s",
-                raw.prefill_tokens_per_s,
-                PREFILL_TOKENS_PER_S_DEFAULT,
-            )?,
-            default_bandwidth_gbps: rate(
-                "default_bandwidth_gbps",
-                raw.default_bandwidth_gbps,
-                DEFAULT_BANDWIDTH_GBPS_DEFAULT,
-            )?,
-            gpu_read_gbps: rate("gpu_read_gbps", raw.gpu_read_gbps, GPU_READ_GBPS_DEFAULT)?,
-            host_read_gbps: rate("host_read_gbps", raw.host_read_gbps, HOST_READ_GBPS_DEFAULT)?,
-            disk_read_gbps: rate("disk_read_gbps", raw.disk_read_gbps, DISK_READ_GBPS_DEFAULT)?,
-        })
-    }
+/// Validates `raw`, filling defaults.
+pub(super) fn check(c: &Check<'_>, raw: &RawRoute) -> Result<RouteConfig, ConfigError> {
+    let rate = |key: &str, v: Option<f64>, default: f64| match v {
+        None => Ok(default),
+        Some(x) if x.is_finite() && (RATE_MIN..=RATE_MAX).contains(&x) => Ok(x),
+        Some(x) => Err(c.err(
+            &format!("route.{key}"),
+            format!("expected a number from {RATE_MIN} to {RATE_MAX}, found {x}"),
+        )),
+    };
+    Ok(RouteConfig {
+        prefill_tokens_per_s: rate(
+            "prefill_tokens_per_s",
+            raw.prefill_tokens_per_s,
+            PREFILL_TOKENS_PER_S_DEFAULT,
+        )?,
+        default_bandwidth_gbps: rate(
+            "default_bandwidth_gbps",
+            raw.default_bandwidth_gbps,
+            DEFAULT_BANDWIDTH_GBPS_DEFAULT,
+        )?,
+        gpu_read_gbps: rate("gpu_read_gbps", raw.gpu_read_gbps, GPU_READ_GBPS_DEFAULT)?,
+        host_read_gbps: rate("host_read_gbps", raw.host_read_gbps, HOST_READ_GBPS_DEFAULT)?,
+        disk_read_gbps: rate("disk_read_gbps", raw.disk_read_gbps, DISK_READ_GBPS_DEFAULT)?,
+    })
 }
 
 #[cfg(test)]

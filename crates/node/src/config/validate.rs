@@ -11,10 +11,10 @@ use kvfabric_store::tier::host::REGION_BYTES_DEFAULT;
 use kvfabric_store::{ByteCount, ConfigError, GpuConfig, StoreConfig, StoreError};
 
 use super::raw::{RawConfig, RawLimits, RawNamespace, RawTenant};
-use super::route::RouteConfig;
+
 use super::{Limits, Loaded, NamespaceDecl, NodeConfig, TenantDecl};
-use crate::ids::NodeId;
-use crate::presets::Catalog;
+use kvfabric_core::presets::Catalog;
+use kvfabric_core::NodeId;
 
 /// Largest node id (ids are small positive integers, unique per cluster).
 pub(crate) const NODE_ID_MAX: u64 = 1 << 32;
@@ -119,7 +119,7 @@ impl Check<'_> {
         };
         let limits = self.limits(&raw.limits, smallest, largest)?;
         let (namespaces, tenants) = self.tenancy(raw.namespaces, raw.tenants)?;
-        let route = RouteConfig::check(self, &raw.route)?;
+        let route = super::route::check(self, &raw.route)?;
         let cluster = match raw.cluster {
             None => None,
             Some(c) => Some(self.cluster(node_id, c)?),

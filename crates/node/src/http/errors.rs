@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use kvfabric_store::StoreError;
 use serde::Serialize;
 
-use crate::local::LocalError;
+use kvfabric_core::FabricError;
 
 /// The code of an error response, for the metrics of rejected requests.
 #[derive(Debug, Clone, Copy)]
@@ -258,14 +258,29 @@ impl ApiError {
         }
     }
 
-    /// Maps a local-side error.
-    pub(crate) fn from_local(e: LocalError) -> ApiError {
+    /// Maps a fabric error onto its status and code.
+    pub(crate) fn from_fabric(e: FabricError) -> ApiError {
         match e {
-            LocalError::Store(s) => ApiError::from_store(s),
-            LocalError::Poisoned => {
-                tracing::error!(error = %e, "store unusable");
+            FabricError::Store(s) => ApiError::from_store(s),
+            FabricError::Poisoned | FabricError::EpochFile { .. } => {
+                tracing::error!(error = %e, "node failure");
                 ApiError::Internal
             }
+            FabricError::PayloadLength { expected, found } => {
+                ApiError::PayloadLength { expected, found }
+            }
+            FabricError::NotFound => ApiError::NotFound,
+            FabricError::DeleteForbidden => ApiError::NamespaceForbidden("delete from"),
+            FabricError::ReplicationIncomplete { block, have, want } => {
+                ApiError::ReplicationIncomplete {
+                    block: block.to_hex(),
+                    have,
+                    want,
+                }
+            }
+            FabricError::DirectoryUnavailable(m) => ApiError::DirectoryUnavailable(m),
+            FabricError::UnknownGeometry => ApiError::UnknownGeometry,
+            FabricError::ModelRequired(m) => ApiError::ModelRequired(m),
         }
     }
 }

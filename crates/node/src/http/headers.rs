@@ -6,7 +6,7 @@ use kvfabric_store::rope::POSITION_MAX;
 use kvfabric_store::BlockId;
 
 use super::errors::ApiError;
-use crate::ids::ChunkKey;
+use kvfabric_core::ChunkKey;
 
 /// The model preset of a put.
 pub(crate) const MODEL: &str = "kvfabric-model";

@@ -42,9 +42,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::cluster::view::ClusterMetrics;
-use crate::ids::NodeId;
-use crate::local::Snapshot;
+use kvfabric_core::cluster::view::ClusterMetrics;
+use kvfabric_core::local::Snapshot;
+use kvfabric_core::NodeId;
 
 /// Labels of a cluster figure.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -130,7 +130,7 @@ pub(crate) struct Metrics {
     repair: Family<StatLabels, Gauge>,
     tier_moves: Family<StatLabels, Gauge>,
     /// The event log's series (`crate::events`).
-    pub(crate) events: crate::events::EventMetrics,
+    pub(crate) events: kvfabric_core::events::EventMetrics,
     pub(crate) route_requests: Counter,
     pub(crate) route_refused: Family<ReasonLabels, Counter>,
     link_gbps: Family<LinkLabels, Gauge<f64, AtomicU64>>,
@@ -162,7 +162,7 @@ impl Metrics {
             transport: Family::default(),
             repair: Family::default(),
             tier_moves: Family::default(),
-            events: crate::events::EventMetrics::default(),
+            events: kvfabric_core::events::EventMetrics::default(),
             route_requests: Counter::default(),
             route_refused: Family::default(),
             link_gbps: Family::default(),
@@ -351,7 +351,7 @@ impl Metrics {
     }
 
     /// Sets the measured links (cluster nodes only; called before [`Metrics::encode`]).
-    pub(crate) fn set_links(&self, links: &[crate::route::bandwidth::LinkView]) {
+    pub(crate) fn set_links(&self, links: &[kvfabric_core::route::bandwidth::LinkView]) {
         for l in links {
             let labels = LinkLabels {
                 from: l.from.to_string(),

@@ -15,9 +15,8 @@ use kvfabric_store::NamespaceKey;
 
 use super::errors::ApiError;
 use crate::config::{NamespaceDecl, TenantDecl};
+use kvfabric_core::OPEN_NAMESPACE;
 
-/// The namespace of an open node (no tenants).
-pub(crate) const OPEN_NAMESPACE: &str = "default";
 /// Header naming the namespace a request targets.
 pub(crate) const NAMESPACE_HEADER: &str = "kvfabric-namespace";
 

@@ -1,9 +1,9 @@
 //! `GET`, `HEAD` and `DELETE /v1/blocks/{id}`.
 //!
-//! On a cluster node a `GET` that misses locally fetches the block from its live owners
-//! (`cluster::remote_get`), installs it, and serves it with `kvfabric-source: n<owner>`;
-//! `HEAD` answers from this node's tiers only; a `DELETE` that drops the node's reference
-//! also releases its ownership record in the directory.
+//! Each calls one fabric method ([`kvfabric_core::Fabric::get`], `head`, `delete`). On a
+//! cluster node a `GET` that misses locally is served from another owner, named in
+//! `kvfabric-source: n<owner>`; `HEAD` answers from this node's tiers only; a `DELETE` that
+//! drops the node's reference also releases its ownership record in the directory.
 //!
 //! A block is visible only in the namespace it was sealed in (and in shared namespaces to
 //! every valid token). Input is checked before the lookup, and the lookup is by
@@ -14,16 +14,13 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
-use kvfabric_store::block::BlockHeader;
-use kvfabric_store::rope::{rotate_block, Direction};
-use kvfabric_store::{Tier, HEADER_LEN};
+use kvfabric_core::{FabricError, NodeId};
+use kvfabric_store::Tier;
 
 use crate::http::errors::ApiError;
 use crate::http::headers;
 use crate::http::metrics::TierLabels;
 use crate::http::AppState;
-use crate::local::Deleted;
 
 /// What `kvfabric-source` says of a block served from this node's own tiers.
 const SOURCE_LOCAL: &str = "local";
@@ -33,7 +30,7 @@ fn block_headers(
     tier: Tier,
     len: u64,
     model: Option<&str>,
-    source: Option<crate::ids::NodeId>,
+    source: Option<NodeId>,
 ) {
     let h = resp.headers_mut();
     h.insert(
@@ -58,52 +55,34 @@ pub(crate) async fn get_block(
     headers: HeaderMap,
     uri: Uri,
 ) -> Result<Response, ApiError> {
-    let local = app.local()?;
+    let fabric = app.fabric()?;
     let read = app.tenancy.caller(&headers)?.read(&headers)?;
     let id = headers::block_id(uri.path())?;
     let position = headers::query_position(uri.query())?;
-    let (block, tier, source) = match local.get(&read, &id).map_err(ApiError::from_local)? {
-        Some((block, tier)) => (block, tier, None),
-        None => {
-            let remote = match app.cluster.get() {
-                Some(c) => c.fetch_remote(&app, &read, id).await,
-                None => None,
-            };
-            let Some(hit) = remote else {
+    let served = match fabric.get(&read, id, position).await {
+        Ok(s) => s,
+        Err(e) => {
+            if matches!(e, FabricError::NotFound) {
                 app.metrics.misses.inc();
-                return Err(ApiError::NotFound);
-            };
-            (hit.block, hit.tier, Some(hit.source))
+            }
+            return Err(ApiError::from_fabric(e));
         }
     };
     app.metrics
         .hits
-        .get_or_create(&TierLabels { tier: tier.name() })
+        .get_or_create(&TierLabels {
+            tier: served.tier.name(),
+        })
         .inc();
-    let header = BlockHeader::decode(block.bytes()).map_err(ApiError::from_store)?;
-    let model = app.catalog.by_fingerprint(&header.fingerprint);
-    let mut bytes = block.into_bytes();
-    if let Some(p) = position {
-        let model = model.ok_or(ApiError::UnknownGeometry)?;
-        rotate_block(
-            &model.layout,
-            &mut bytes[HEADER_LEN..],
-            p,
-            Direction::Forward,
-        )
-        .map_err(ApiError::from_store)?;
-    }
-    let len = (bytes.len() - HEADER_LEN) as u64;
+    let len = served.payload.len() as u64;
     app.metrics.bytes_out.inc_by(len);
-    // The payload is served as a view into the verified buffer: no copy.
-    let payload = Bytes::from(bytes).slice(HEADER_LEN..);
-    let mut resp = Body::from(payload).into_response();
+    let mut resp = Body::from(served.payload).into_response();
     block_headers(
         &mut resp,
-        tier,
+        served.tier,
         len,
-        model.map(|m| m.geometry.name.as_str()),
-        source,
+        served.model.as_deref(),
+        served.source,
     );
     Ok(resp)
 }
@@ -114,15 +93,13 @@ pub(crate) async fn head_block(
     headers: HeaderMap,
     uri: Uri,
 ) -> Result<Response, ApiError> {
-    let local = app.local()?;
+    let fabric = app.fabric()?;
     let read = app.tenancy.caller(&headers)?.read(&headers)?;
     let id = headers::block_id(uri.path())?;
     headers::query_position(uri.query())?;
-    let Some((tier, len)) = local.head(&read, &id).map_err(ApiError::from_local)? else {
-        return Err(ApiError::NotFound);
-    };
+    let head = fabric.head(&read, id).map_err(ApiError::from_fabric)?;
     let mut resp = StatusCode::OK.into_response();
-    block_headers(&mut resp, tier, len, None, None);
+    block_headers(&mut resp, head.tier, head.payload_len, None, None);
     Ok(resp)
 }
 
@@ -132,7 +109,7 @@ pub(crate) async fn delete_block(
     headers: HeaderMap,
     uri: Uri,
 ) -> Result<Response, ApiError> {
-    let local = app.local()?;
+    let fabric = app.fabric()?;
     let caller = app.tenancy.caller(&headers)?;
     let write = caller.write(&headers)?;
     let read = caller.read(&headers).unwrap_or_default();
@@ -140,22 +117,9 @@ pub(crate) async fn delete_block(
     if uri.query().is_some_and(|q| !q.is_empty()) {
         return Err(ApiError::InvalidQuery("DELETE takes no parameters".into()));
     }
-    let held = local.head(&[write], &id).map_err(ApiError::from_local)?;
-    match local
-        .delete(&write, &read, &id)
-        .map_err(ApiError::from_local)?
-    {
-        Deleted::Released => {
-            let batcher = app.cluster.get().and_then(|c| c.incarnation.batcher());
-            if let (Some(b), Some((tier, _))) = (batcher, held) {
-                // The reference is gone either way; a lost release is purged with the lease.
-                if let Err(e) = b.release(id, tier).await {
-                    tracing::warn!(block = %id, error = %e, "releasing ownership failed");
-                }
-            }
-            Ok(StatusCode::NO_CONTENT.into_response())
-        }
-        Deleted::Forbidden => Err(ApiError::NamespaceForbidden("delete from")),
-        Deleted::NotFound => Err(ApiError::NotFound),
-    }
+    fabric
+        .delete(write, &read, id)
+        .await
+        .map_err(ApiError::from_fabric)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -30,9 +30,9 @@ use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, watch, OwnedSemaphorePermit};
 
-use crate::events::{Batch, EventKind, EventLog, ReplayGap};
 use crate::http::errors::ApiError;
 use crate::http::AppState;
+use kvfabric_core::events::{Batch, EventKind, EventLog, ReplayGap};
 
 /// The header a reconnecting `EventSource` sends.
 const LAST_EVENT_ID: &str = "last-event-id";
@@ -291,8 +291,8 @@ mod tests {
     use tokio::sync::Semaphore;
 
     use super::*;
-    use crate::events::EventMetrics;
-    use crate::ids::NodeId;
+    use kvfabric_core::events::EventMetrics;
+    use kvfabric_core::NodeId;
 
     fn stream(log: &Arc<EventLog>, read: Vec<NamespaceKey>, since: u64) -> Stream {
         let sub = log.subscribe(Some(since)).unwrap();
@@ -365,7 +365,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_stream_behind_the_broadcast_but_within_the_ring_catches_up_without_a_gap() {
-        let n = crate::events::BROADCAST_MAX as u64 + 500;
+        let n = kvfabric_core::events::BROADCAST_MAX as u64 + 500;
         let log = Arc::new(EventLog::new(
             NodeId(1),
             1,

@@ -8,12 +8,8 @@ use serde::Serialize;
 
 use crate::http::errors::ApiError;
 use crate::http::AppState;
-use crate::presets::ModelInfo;
-
-/// The Raft term a node reports before it has a directory.
-const TERM_STANDALONE: u64 = 0;
-/// The role of a node that is the whole cluster.
-const ROLE_STANDALONE: &str = "standalone";
+use kvfabric_core::fabric;
+use kvfabric_core::presets::ModelInfo;
 
 #[derive(Serialize)]
 struct ModelsResponse {
@@ -77,42 +73,35 @@ pub(crate) async fn cluster(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     app.tenancy.caller(&headers)?;
-    let snapshot = match app.local.get() {
-        Some(l) => Some(l.snapshot().map_err(ApiError::from_local)?),
-        None => None,
+    let info = match app.fabric.get() {
+        Some(f) => f.cluster_info().await.map_err(ApiError::from_fabric)?,
+        None => fabric::opening(app.node_id, &app.api),
     };
-    let mut tiers = tier_views(snapshot.as_ref());
-    if let Some(c) = app.cluster.get() {
-        let view = c.view();
-        let mut peers = c.peer_tiers().await;
-        let members = view
+    Ok(super::json(&ClusterResponse {
+        members: info
             .members
             .into_iter()
             .map(|m| Member {
                 id: m.id.to_string(),
                 api: m.api,
                 role: m.role,
-                tiers: if m.id == app.node_id {
-                    std::mem::take(&mut tiers)
-                } else {
-                    peers
-                        .remove(&m.id)
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|t| TierView {
-                            tier: t.tier,
-                            capacity: t.capacity,
-                            used: t.used,
-                            blocks: t.blocks,
-                        })
-                        .collect()
-                },
+                tiers: m
+                    .tiers
+                    .into_iter()
+                    .map(|t| TierView {
+                        tier: t.tier,
+                        capacity: t.capacity,
+                        used: t.used,
+                        blocks: t.blocks,
+                    })
+                    .collect(),
                 healthy: m.healthy,
             })
-            .collect();
-        let bandwidth = c
-            .bandwidth
-            .links()
+            .collect(),
+        leader: info.leader.map(|l| l.to_string()),
+        term: info.term,
+        bandwidth: info
+            .links
             .into_iter()
             .map(|l| LinkOut {
                 from: l.from.to_string(),
@@ -120,51 +109,21 @@ pub(crate) async fn cluster(
                 gbps: l.gbps,
                 samples: l.samples,
             })
-            .collect();
-        return Ok(super::json(&ClusterResponse {
-            members,
-            leader: view.leader.map(|l| l.to_string()),
-            term: view.term,
-            bandwidth,
-        }));
-    }
-    let me = app.node_id.to_string();
-    Ok(super::json(&ClusterResponse {
-        members: vec![Member {
-            id: me.clone(),
-            api: app.api.clone(),
-            role: ROLE_STANDALONE,
-            tiers,
-            healthy: snapshot.is_some(),
-        }],
-        leader: Some(me),
-        term: TERM_STANDALONE,
-        bandwidth: Vec::new(),
+            .collect(),
     }))
-}
-
-fn tier_views(snapshot: Option<&crate::local::Snapshot>) -> Vec<TierView> {
-    snapshot
-        .iter()
-        .flat_map(|s| &s.usage)
-        .map(|u| TierView {
-            tier: u.tier.name().to_owned(),
-            capacity: u.capacity.0,
-            used: u.used.0,
-            blocks: u.blocks,
-        })
-        .collect()
 }
 
 /// `GET /metrics`.
 pub(crate) async fn metrics(State(app): State<AppState>) -> Result<Response, ApiError> {
-    let snapshot = match app.local.get() {
-        Some(l) => Some(l.snapshot().map_err(ApiError::from_local)?),
+    let snapshot = match app.fabric.get() {
+        Some(f) => Some(f.snapshot().map_err(ApiError::from_fabric)?),
         None => None,
     };
-    if let Some(c) = app.cluster.get() {
-        app.metrics.set_cluster(&c.metrics());
-        app.metrics.set_links(&c.bandwidth.links());
+    if let Some(f) = app.fabric.get() {
+        if let Some(m) = f.cluster_metrics() {
+            app.metrics.set_cluster(&m);
+        }
+        app.metrics.set_links(&f.links());
     }
     let text = app.metrics.encode(snapshot.as_ref());
     Ok((
@@ -189,15 +148,8 @@ pub(crate) async fn healthz() -> Response {
 /// `GET /readyz`: the store is open and, on a cluster node, the node has joined the
 /// directory, a leader is known and this replica has applied its own join.
 pub(crate) async fn readyz(State(app): State<AppState>) -> Result<Response, ApiError> {
-    app.local()?;
-    if app.clustered {
-        let cluster = app
-            .cluster
-            .get()
-            .ok_or(ApiError::ClusterNotReady("the cluster side is starting"))?;
-        cluster
-            .ready()
-            .map_err(|r| ApiError::ClusterNotReady(r.reason()))?;
-    }
+    app.fabric()?
+        .ready()
+        .map_err(|r| ApiError::ClusterNotReady(r.reason()))?;
     Ok(super::json(&serde_json::json!({ "ready": true })))
 }

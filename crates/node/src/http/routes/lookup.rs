@@ -1,16 +1,10 @@
-//! `POST /v1/lookup`: chunk keys → block and owners.
+//! `POST /v1/lookup`: chunk keys → block and owners ([`kvfabric_core::Fabric::lookup`]).
 //!
-//! On a cluster node the answer comes from this node's replica of the directory: the chunk
-//! key (keyed by each namespace the caller may read, so tenants never see each other's keys)
-//! → its block → the members holding it whose lease is current. On a standalone node it
-//! covers what was put here with a chunk key: `owners` is `[this node]` for a key whose block
-//! it holds. A key nobody knows gets `"block": null, "owners": []`; a key whose block is
-//! dormant in the directory (every holder restarted or lost its lease, for at most a lease)
-//! gets its block with `"owners": []`.
-//!
-//! `?consistency=linearizable` (cluster nodes) resolves chunk keys with a read index from the
-//! leader, so the answer reflects every put completed before the lookup began; without a
-//! leader or quorum within the directory's read timeout the answer is 503
+//! A key nobody knows gets `"block": null, "owners": []`; a key whose block is dormant in the
+//! directory (every holder restarted or lost its lease, for at most a lease) gets its block
+//! with `"owners": []`. `?consistency=linearizable` (cluster nodes) resolves chunk keys with a
+//! read index from the leader, so the answer reflects every put completed before the lookup
+//! began; without a leader or quorum within the directory's read timeout the answer is 503
 //! `directory_unavailable`. The default, `local`, reads this node's replica (it may lag).
 
 use axum::body::Body;
@@ -24,7 +18,7 @@ use tokio::time::Instant;
 use crate::http::body::read_bounded;
 use crate::http::errors::ApiError;
 use crate::http::AppState;
-use crate::ids::ChunkKey;
+use kvfabric_core::ChunkKey;
 
 /// Bytes of JSON allowed per key (64 hex digits, quotes, a comma, some spacing).
 const BODY_BYTES_PER_KEY: u64 = 80;
@@ -56,7 +50,7 @@ pub(crate) async fn lookup(
     uri: Uri,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let local = app.local()?;
+    let fabric = app.fabric()?;
     let consistency = query_consistency(uri.query())?;
     let read = app.tenancy.caller(&headers)?.read(&headers)?;
     let max_keys = app.limits.max_lookup_keys;
@@ -80,33 +74,15 @@ pub(crate) async fn lookup(
             ChunkKey::from_hex(k).map_err(|e| ApiError::InvalidChunkKey(format!("keys[{i}]: {e}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    if let Some(cluster) = app.cluster.get() {
-        let mut results = Vec::with_capacity(keys.len());
-        for k in &keys {
-            let block = cluster
-                .resolve_chunk_at(&read, *k, consistency)
-                .await
-                .map_err(|e| ApiError::DirectoryUnavailable(e.to_string()))?;
-            let owners = block
-                .map(|b| cluster.live_owner_ids(&b))
-                .unwrap_or_default();
-            results.push(LookupResult {
-                key: k.to_hex(),
-                block: block.map(|b| b.to_hex()),
-                owners: owners.iter().map(|n| n.to_string()).collect(),
-            });
-        }
-        return Ok(super::json(&LookupResponse { results }));
-    }
-    let found = local.lookup(&read, &keys).map_err(ApiError::from_local)?;
-    let me = app.node_id.to_string();
-    let results = keys
-        .iter()
-        .zip(found)
-        .map(|(k, block)| LookupResult {
-            key: k.to_hex(),
-            owners: block.iter().map(|_| me.clone()).collect(),
-            block: block.map(|b| b.to_hex()),
+    let results = fabric
+        .lookup(&read, &keys, consistency)
+        .await
+        .map_err(ApiError::from_fabric)?
+        .into_iter()
+        .map(|r| LookupResult {
+            key: r.key.to_hex(),
+            block: r.block.map(|b| b.to_hex()),
+            owners: r.owners.iter().map(|n| n.to_string()).collect(),
         })
         .collect();
     Ok(super::json(&LookupResponse { results }))

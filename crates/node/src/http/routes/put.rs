@@ -1,19 +1,21 @@
-//! `PUT /v1/blocks`: receive a payload straight into a store reservation, seal it, hold it.
+//! `PUT /v1/blocks`: check the request, then hand its body to [`Fabric::put`], which
+//! receives it straight into a store reservation, seals, holds, registers and replicates it.
 //!
 //! Checks run cheapest first and before any byte of the body is read: the token, the headers,
-//! the model, the token count, the declared length. The body then streams into the
-//! reservation piece by piece (the store lock is taken per piece, never across a read); any
-//! refusal after that cancels the reservation (see [`PutSession`]).
+//! the model, the token count, the declared length. A body refused after that is drained (within
+//! the body limit) so the client gets the answer rather than a reset connection.
 //!
 //! A block may be named by two chunk keys: `kvfabric-chunk-key` (usually the prefix-chained
 //! key) and `kvfabric-chunk-key-independent` (the position-independent one); each is recorded
-//! (in the local chunk index, and as a directory chunk record on a cluster node) so that
-//! lookups and routes find the block by either.
+//! so that lookups and routes find the block by either.
 
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use kvfabric_core::fabric::{PutBody, PutFailure, PutRequest};
+use kvfabric_core::presets::Model;
+use kvfabric_core::{ChunkKey, Fabric, FabricError};
 use kvfabric_store::{NamespaceKey, PutForm, StoreError};
 use serde::Serialize;
 use tokio::time::Instant;
@@ -23,12 +25,6 @@ use crate::http::errors::ApiError;
 use crate::http::headers;
 use crate::http::metrics::DedupLabels;
 use crate::http::{App, AppState};
-use crate::ids::ChunkKey;
-use crate::local::{PutError, PutSession};
-use crate::presets::Model;
-
-/// Replicas acknowledged on a standalone node.
-const REPLICAS_LOCAL: u32 = 1;
 
 /// The 201 body.
 #[derive(Serialize)]
@@ -53,6 +49,21 @@ struct Plan<'a> {
     chunk_keys: Vec<ChunkKey>,
 }
 
+/// The request body, read piece by piece within the body deadline.
+struct HttpBody {
+    body: Body,
+    deadline: Instant,
+    timeout_ms: u128,
+}
+
+impl PutBody for HttpBody {
+    type Error = ApiError;
+
+    async fn next_piece(&mut self) -> Result<Option<bytes::Bytes>, ApiError> {
+        next_piece(&mut self.body, self.deadline, self.timeout_ms).await
+    }
+}
+
 /// The handler.
 pub(crate) async fn put_block(
     State(app): State<AppState>,
@@ -62,7 +73,7 @@ pub(crate) async fn put_block(
     let max = app.limits.max_body_bytes;
     let timeout_ms = app.limits.body_read_timeout.as_millis();
     let deadline = Instant::now() + app.limits.body_read_timeout;
-    let plan = match plan(&app, &headers) {
+    let (fabric, plan) = match plan(&app, &headers) {
         Ok(p) => p,
         // Read what was sent (within the body limit) so the client gets this answer instead
         // of a reset connection; a body declared past the limit is not read at all.
@@ -72,8 +83,6 @@ pub(crate) async fn put_block(
             return Err(e);
         }
     };
-    let local = app.local()?;
-    let g = &plan.model.geometry;
     let expected = plan.model.layout.payload_len;
     if let Some(declared) = headers::content_length(&headers)? {
         if declared != expected {
@@ -81,94 +90,52 @@ pub(crate) async fn put_block(
             return Err(ApiError::PayloadLength { expected, found });
         }
     }
-
-    let mut session = match PutSession::begin(local, g, expected) {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = drain(body, 0, max, deadline, timeout_ms).await;
-            return Err(ApiError::from_local(e));
-        }
+    let mut body = HttpBody {
+        body,
+        deadline,
+        timeout_ms,
     };
-    let mut body = body;
-    while let Some(piece) = next_piece(&mut body, deadline, timeout_ms).await? {
-        match session.write(&piece) {
-            Ok(()) => {}
-            Err(PutError::Length { .. }) => {
-                let already = session.written() + piece.len() as u64;
-                drop(session); // cancels the reservation before the drain
-                let found = drain(body, already, max, deadline, timeout_ms).await?;
-                return Err(ApiError::PayloadLength { expected, found });
+    let req = PutRequest {
+        ns: plan.ns,
+        model: plan.model,
+        form: plan.form,
+        chunk_keys: plan.chunk_keys,
+    };
+    let done = match fabric.put(req, &mut body).await {
+        Ok(d) => d,
+        Err(PutFailure::Body(e)) => return Err(e),
+        Err(PutFailure::Fabric(FabricError::PayloadLength { expected, found })) => {
+            let found = drain(body.body, found, max, deadline, timeout_ms).await?;
+            return Err(ApiError::PayloadLength { expected, found });
+        }
+        Err(PutFailure::Fabric(e)) => {
+            let refused = ApiError::from_fabric(e);
+            if matches!(refused, ApiError::StoreFull(_)) {
+                let _ = drain(body.body, 0, max, deadline, timeout_ms).await;
             }
-            Err(PutError::Local(e)) => return Err(ApiError::from_local(e)),
+            return Err(refused);
         }
-    }
-    let sealed = match session.seal(plan.ns, g, plan.form, &plan.chunk_keys) {
-        Ok(s) => s,
-        Err(PutError::Length { expected, found }) => {
-            return Err(ApiError::PayloadLength { expected, found })
-        }
-        Err(PutError::Local(e)) => return Err(ApiError::from_local(e)),
     };
     app.metrics.bytes_in.inc_by(expected);
     app.metrics
         .puts
         .get_or_create(&DedupLabels {
-            dedup: sealed.dedup.name(),
+            dedup: done.dedup.name(),
         })
         .inc();
-    tracing::debug!(block = %sealed.id, model = %g.name, dedup = sealed.dedup.name(), "sealed");
-    let replicas = match app.cluster.get() {
-        None => REPLICAS_LOCAL,
-        Some(cluster) => {
-            let batcher = cluster.incarnation.batcher().ok_or_else(|| {
-                ApiError::DirectoryUnavailable("this node has not joined the directory yet".into())
-            })?;
-            // One claim per chunk key (the first carries no key when none was sent), both in
-            // flight together so that they can share a batch.
-            let chunk = |i: usize| {
-                plan.chunk_keys
-                    .get(i)
-                    .map(|k| crate::cluster::directory_chunk_key(&plan.ns, *k))
-            };
-            let second = async {
-                match chunk(1) {
-                    Some(c) => batcher
-                        .claim(sealed.id, sealed.tier, Some(c))
-                        .await
-                        .map(|_| ()),
-                    None => Ok(()),
-                }
-            };
-            let (first, second) =
-                tokio::join!(batcher.claim(sealed.id, sealed.tier, chunk(0)), second);
-            first
-                .map(|_| ())
-                .and(second)
-                .map_err(|e| ApiError::DirectoryUnavailable(e.to_string()))?;
-            let r = cluster.replicate(plan.ns, sealed.id).await;
-            if r.have < r.want {
-                return Err(ApiError::ReplicationIncomplete {
-                    block: sealed.id.to_hex(),
-                    have: r.have,
-                    want: r.want,
-                });
-            }
-            r.have
-        }
-    };
     let resp = PutResponse {
-        block: sealed.id.to_hex(),
-        dedup: sealed.dedup.name(),
-        bytes: sealed.bytes.0,
-        replicas,
+        block: done.id.to_hex(),
+        dedup: done.dedup.name(),
+        bytes: done.bytes.0,
+        replicas: done.replicas,
     };
     Ok((StatusCode::CREATED, super::json(&resp)).into_response())
 }
 
 /// Every check that needs no body: the node is ready, the token, the headers, the model, the
 /// token count, the declared length against the body limit.
-fn plan<'a>(app: &'a App, headers: &HeaderMap) -> Result<Plan<'a>, ApiError> {
-    app.local()?;
+fn plan<'a>(app: &'a App, headers: &HeaderMap) -> Result<(&'a Fabric, Plan<'a>), ApiError> {
+    let fabric = app.fabric()?;
     let ns = app.tenancy.caller(headers)?.write(headers)?;
     let model = app
         .catalog
@@ -214,10 +181,13 @@ fn plan<'a>(app: &'a App, headers: &HeaderMap) -> Result<Plan<'a>, ApiError> {
             )));
         }
     }
-    Ok(Plan {
-        ns,
-        model,
-        form,
-        chunk_keys,
-    })
+    Ok((
+        fabric,
+        Plan {
+            ns,
+            model,
+            form,
+            chunk_keys,
+        },
+    ))
 }

@@ -1,0 +1,166 @@
+//! kvfabric's benchmarks, behind `kvfabric bench`: each prints a ratio against a baseline
+//! measured in the same run.
+//!
+//! Owns: the command's arguments ([`BenchArgs`]) and the benchmark drivers; must never assert
+//! on timing (figures are printed, ratios judged by the reader) or leave a process running that
+//! it started.
+//!
+//! `kvfabric bench directory`: ownership registrations and lookups on kvfabric's directory
+//! (3 members on loopback over the real Raft-over-QUIC network with mTLS) against etcd
+//! (3 members started here on loopback, written through its v3 JSON gateway with the same
+//! client concurrency), in one run; prints a table and, last, `ratio registrations_over_etcd`.
+//!
+//! The kvfabric members run in this process (the node has no API for raw ownership records),
+//! each with its own QUIC Raft endpoint, certificate and store (WAL + redb); registrations go through
+//! the [`kvfabric_directory::Batcher`], the production write path.
+//!
+//! `kvfabric bench reuse` ([`reuse`]): routing policies compared through `kvfabric router`.
+//! `kvfabric bench store` ([`store`]) and `kvfabric bench transport` ([`transport`]): the
+//! store and transport crates' benchmarks, the same code as their cargo bench targets.
+
+mod etcd;
+mod kvf;
+mod report;
+mod reuse;
+mod reuse_report;
+mod store;
+mod transport;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+/// Arguments of `kvfabric bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    which: BenchCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Directory registrations and lookups, kvfabric against etcd.
+    Directory(DirectoryArgs),
+    /// The multi-agent workload through `kvfabric router`: round-robin vs prefix-only vs
+    /// kvfabric scoring on a 3-node cluster.
+    Reuse(reuse::ReuseArgs),
+    /// The store: sealing vs plain blake3, the disk tier vs plain file I/O.
+    Store(store::StoreArgs),
+    /// The transport: 4.5 MB blocks between two processes, QUIC (and UCX) vs a TCP copy.
+    Transport(transport::TransportArgs),
+}
+
+/// Arguments of `kvfabric bench directory`.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct DirectoryArgs {
+    /// Ownership records to register (each side).
+    #[arg(long, default_value_t = 1_000_000)]
+    records: u64,
+    /// Concurrent clients, each with one request outstanding (each side).
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// Lookups per consistency level (each side).
+    #[arg(long, default_value_t = 20_000)]
+    lookups: u64,
+    /// Working directory (certificates, directory stores, etcd data); a fresh one under the
+    /// system's temp dir if absent. Removed at the end unless `--keep`.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// The directory's `batch_delay_ms_max` (how long a partial batch may wait for more
+    /// records); the node's default unless given.
+    #[arg(long)]
+    batch_delay_ms: Option<u64>,
+    /// Keep the working directory.
+    #[arg(long)]
+    keep: bool,
+    /// Skip the etcd side (the ratio is then `n/a`).
+    #[arg(long)]
+    skip_etcd: bool,
+}
+
+/// Runs `kvfabric bench`.
+pub fn run(a: BenchArgs) -> anyhow::Result<()> {
+    match a.which {
+        BenchCommand::Directory(d) => run_directory(d),
+        BenchCommand::Reuse(r) => reuse::run(r),
+        BenchCommand::Store(s) => store::run(s),
+        BenchCommand::Transport(t) => transport::run(t),
+    }
+}
+
+fn run_directory(a: DirectoryArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(a.records > 0, "--records: expected at least 1, found 0");
+    anyhow::ensure!(a.clients > 0, "--clients: expected at least 1, found 0");
+    anyhow::ensure!(a.lookups > 0, "--lookups: expected at least 1, found 0");
+    let dir = a.dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("kvfabric-bench-{}", std::process::id()))
+    });
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let procs = etcd::Procs::default();
+    // Stops the etcd members even if the run panics.
+    let _guard = StopOnDrop(procs.clone());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(std::thread::available_parallelism().map_or(2, |n| n.get().max(2)))
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    // Ctrl-C: stop what we started, remove the data, leave.
+    {
+        let (procs, dir, keep) = (procs.clone(), dir.clone(), a.keep);
+        rt.spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!(
+                    "interrupted: stopping etcd members and removing {}",
+                    dir.display()
+                );
+                procs.stop_all();
+                if !keep {
+                    let _ = std::fs::remove_dir_all(&dir);
+                }
+                std::process::exit(130);
+            }
+        });
+    }
+    let result = bench(&rt, &a, &dir, &procs);
+    procs.stop_all();
+    rt.shutdown_timeout(std::time::Duration::from_secs(5));
+    if a.keep {
+        println!("kept {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let r = result?;
+    r.print();
+    Ok(())
+}
+
+fn bench(
+    rt: &tokio::runtime::Runtime,
+    a: &DirectoryArgs,
+    dir: &std::path::Path,
+    procs: &etcd::Procs,
+) -> anyhow::Result<report::Report> {
+    println!(
+        "kvfabric bench directory: {} records, {} clients, {} lookups per consistency",
+        a.records, a.clients, a.lookups
+    );
+    println!("kvfabric: 3 directory members in this process, Raft over QUIC (mTLS) on loopback, one store each (WAL + redb)");
+    let kvf = rt.block_on(kvf::run(a, &dir.join("kvfabric")))?;
+    let etcd = if a.skip_etcd {
+        println!("etcd: skipped (--skip-etcd)");
+        None
+    } else {
+        Some(etcd::run(a, &dir.join("etcd"), procs)?)
+    };
+    Ok(report::Report { kvf, etcd })
+}
+
+/// Stops every process started when dropped (a panic unwinding included).
+struct StopOnDrop(etcd::Procs);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop_all();
+    }
+}

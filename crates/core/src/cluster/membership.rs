@@ -1,0 +1,140 @@
+//! This node's incarnation in the directory: join (a new epoch per start, or after the lease
+//! was lost), re-register the blocks it holds under that epoch, renew the lease.
+//!
+//! [`run`] loops for the life of the node. A join or renewal that fails for a transient reason
+//! (no leader yet, a peer unreachable) is retried after [`RETRY_MS`]; a renewal the state
+//! machine rejects (the lease expired and the records were purged, or a newer epoch exists)
+//! starts a new incarnation: join again, register again.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kvfabric_directory::{Batcher, DirectoryError, Epoch, NodeId, OwnershipBatch};
+
+use super::Cluster;
+
+/// Pause between failed attempts to join or renew.
+const RETRY_MS: u64 = 500;
+
+/// The current incarnation: its epoch and the batcher carrying its ownership records.
+#[derive(Default)]
+pub(crate) struct Incarnation {
+    state: Mutex<Option<(Epoch, Arc<Batcher>)>>,
+    registered: AtomicBool,
+}
+
+impl Incarnation {
+    /// The epoch, once joined.
+    pub(crate) fn epoch(&self) -> Option<Epoch> {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|(e, _)| *e)
+    }
+
+    /// The batcher of the current epoch, once joined.
+    pub(crate) fn batcher(&self) -> Option<Arc<Batcher>> {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|(_, b)| b.clone())
+    }
+
+    /// Whether the blocks held at join time are registered under the current epoch.
+    pub(crate) fn registered(&self) -> bool {
+        self.registered.load(Ordering::Acquire)
+    }
+
+    fn set(&self, epoch: Epoch, batcher: Batcher) -> Option<Arc<Batcher>> {
+        self.registered.store(false, Ordering::Release);
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .replace((epoch, Arc::new(batcher)))
+            .map(|(_, b)| b)
+    }
+
+    /// Takes the batcher out (shutdown), if no request holds it.
+    pub(crate) fn take_batcher(&self) -> Option<Batcher> {
+        let (_, b) = self
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()?;
+        Arc::into_inner(b)
+    }
+}
+
+/// Joins, registers and renews, for ever (the task is aborted at shutdown).
+pub(crate) async fn run(cluster: Arc<Cluster>) {
+    let me = NodeId(cluster.me.0);
+    let retry = Duration::from_millis(RETRY_MS);
+    loop {
+        let epoch = loop {
+            match cluster.directory.join(me).await {
+                Ok(e) => break e,
+                Err(e) => {
+                    tracing::info!(error = %e, "joining the directory; retrying");
+                    tokio::time::sleep(retry).await;
+                }
+            }
+        };
+        tracing::info!(node = %cluster.me, epoch = epoch.0, "joined the directory");
+        let batcher = Batcher::spawn(cluster.directory.clone(), me, epoch);
+        if let Some(old) = cluster.incarnation.set(epoch, batcher) {
+            if let Some(old) = Arc::into_inner(old) {
+                old.close().await;
+            }
+        }
+        loop {
+            match register_held(&cluster, me, epoch).await {
+                Ok(n) => {
+                    tracing::info!(blocks = n, epoch = epoch.0, "held blocks registered");
+                    cluster
+                        .incarnation
+                        .registered
+                        .store(true, Ordering::Release);
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "registering held blocks; retrying");
+                    tokio::time::sleep(retry).await;
+                }
+            }
+        }
+        loop {
+            tokio::time::sleep(cluster.config.lease_renew).await;
+            match cluster.directory.renew_lease(me, epoch).await {
+                Ok(_) => {}
+                Err(DirectoryError::Rejected(r)) => {
+                    tracing::warn!(reason = ?r, "lease renewal rejected; joining again");
+                    break;
+                }
+                Err(e) => tracing::info!(error = %e, "renewing the lease; will retry"),
+            }
+        }
+    }
+}
+
+/// Claims every block the store holds under `epoch`, in batches of `batch_records_max`.
+async fn register_held(
+    cluster: &Cluster,
+    me: NodeId,
+    epoch: Epoch,
+) -> Result<usize, DirectoryError> {
+    let held = cluster
+        .local
+        .held_blocks()
+        .map_err(|e| DirectoryError::Stopped {
+            reason: format!("reading the store: {e}"),
+        })?;
+    let per_batch = cluster.directory.config().batch_records_max.max(1);
+    for chunk in held.chunks(per_batch) {
+        let batch = OwnershipBatch::claim(me, epoch, chunk.to_vec(), Vec::new());
+        cluster.directory.update_ownership(batch).await?;
+    }
+    Ok(held.len())
+}

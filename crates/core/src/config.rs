@@ -1,0 +1,104 @@
+//! The validated configuration the core runs with: the cluster (members, this node's
+//! listeners, replication, leases, repair) and the cost model of routes. Parsing and
+//! validating a config file is the node's job; the node builds these.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kvfabric_directory::DirectoryConfig;
+
+use crate::ids::NodeId;
+
+/// One member of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// Its id.
+    pub id: NodeId,
+    /// Its HTTP API (`http://IP:PORT`).
+    pub api: String,
+    /// Its block transport.
+    pub transport: SocketAddr,
+    /// Its Raft endpoint.
+    pub raft: SocketAddr,
+}
+
+impl Member {
+    /// The name its certificate carries.
+    pub fn cert_name(&self) -> String {
+        format!("node{}", self.id.0)
+    }
+}
+
+/// A validated `[cluster]`.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// Where this node's block transport listens.
+    pub transport_listen: SocketAddr,
+    /// Where this node's Raft endpoint listens.
+    pub raft_listen: SocketAddr,
+    /// The certificates directory.
+    pub certs_dir: PathBuf,
+    /// Development only: generate a CA and every member's certificate into `certs_dir` at
+    /// start when it holds none (the first member to start writes them, under a lock).
+    pub generate_dev_certs: bool,
+    /// This node's certificate name.
+    pub cert_name: String,
+    /// Copies a put waits for, this node's included.
+    pub replication: u32,
+    /// Period of lease renewals.
+    pub lease_renew: Duration,
+    /// Period of the re-replication pass (`None`: off).
+    pub repair_interval: Option<Duration>,
+    /// Most blocks one re-replication pass repairs.
+    pub repair_blocks_max: usize,
+    /// Every member, by id.
+    pub members: Vec<Member>,
+    /// The directory's bounds.
+    pub directory: DirectoryConfig,
+}
+
+impl ClusterConfig {
+    /// The member with `id`.
+    pub fn member(&self, id: NodeId) -> Option<&Member> {
+        self.members.iter().find(|m| m.id == id)
+    }
+}
+
+/// Default recompute speed, tokens per second.
+pub const PREFILL_TOKENS_PER_S_DEFAULT: f64 = 8_000.0;
+/// Default node-to-node bandwidth, Gbit/s.
+pub const DEFAULT_BANDWIDTH_GBPS_DEFAULT: f64 = 10.0;
+/// Default read-back bandwidth of the gpu tier, Gbit/s.
+pub const GPU_READ_GBPS_DEFAULT: f64 = 8_000.0;
+/// Default read-back bandwidth of the host tier, Gbit/s (10 GB/s).
+pub const HOST_READ_GBPS_DEFAULT: f64 = 80.0;
+/// Default read-back bandwidth of the disk tier, Gbit/s (2 GB/s).
+pub const DISK_READ_GBPS_DEFAULT: f64 = 16.0;
+
+/// The validated `[route]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RouteConfig {
+    /// Tokens per second an engine prefills (recomputes) at.
+    pub prefill_tokens_per_s: f64,
+    /// Gbit/s between two nodes never measured.
+    pub default_bandwidth_gbps: f64,
+    /// Gbit/s reading a block back from the gpu tier.
+    pub gpu_read_gbps: f64,
+    /// Gbit/s reading a block back from the host tier.
+    pub host_read_gbps: f64,
+    /// Gbit/s reading a block back from the disk tier.
+    pub disk_read_gbps: f64,
+}
+
+impl Default for RouteConfig {
+    fn default() -> RouteConfig {
+        RouteConfig {
+            prefill_tokens_per_s: PREFILL_TOKENS_PER_S_DEFAULT,
+            default_bandwidth_gbps: DEFAULT_BANDWIDTH_GBPS_DEFAULT,
+            gpu_read_gbps: GPU_READ_GBPS_DEFAULT,
+            host_read_gbps: HOST_READ_GBPS_DEFAULT,
+            disk_read_gbps: DISK_READ_GBPS_DEFAULT,
+        }
+    }
+}

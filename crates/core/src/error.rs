@@ -1,0 +1,72 @@
+//! [`FabricError`]: every way a use-case of the core refuses or fails, one enum for the crate's
+//! boundary. Each variant says what was expected and what was found; the node maps them onto
+//! its HTTP statuses and codes.
+
+use kvfabric_store::{BlockId, StoreError};
+
+use crate::local::LocalError;
+
+/// Why a use-case of the fabric did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum FabricError {
+    /// The store refused or failed (bad input such as an unknown model, a full store, a disk
+    /// failure).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A store call panicked while holding the lock; the store's state is not trusted since.
+    #[error("the store lock is poisoned (a store call panicked); restart the node")]
+    Poisoned,
+    /// A put's body does not have the geometry's payload length.
+    #[error("payload length: expected {expected} bytes, found {found}")]
+    PayloadLength {
+        /// The geometry's payload length.
+        expected: u64,
+        /// Bytes received (at least this many when the body ran past `expected`).
+        found: u64,
+    },
+    /// No block with this id is visible to the caller (absent, or another tenant's: the same
+    /// answer either way).
+    #[error("block not found")]
+    NotFound,
+    /// The block is visible to the caller (a shared namespace) but not theirs to delete.
+    #[error("this caller may not delete from that namespace")]
+    DeleteForbidden,
+    /// Fewer verified copies than the replication factor exist within the bound (the ones
+    /// that exist, this node's included, stay).
+    #[error("{have} of {want} verified copies of block {block} exist; the local copy stays")]
+    ReplicationIncomplete {
+        /// The block.
+        block: BlockId,
+        /// Copies that exist.
+        have: u32,
+        /// Copies asked for.
+        want: u32,
+    },
+    /// The directory could not record or answer (no leader or quorum within its bound).
+    #[error("the directory did not answer: {0}")]
+    DirectoryUnavailable(String),
+    /// A stored block whose geometry is not among this node's presets (the models directory
+    /// changed since it was sealed); it can be read canonically but not rotated.
+    #[error("the block's geometry is not among this node's presets; read it without `position`")]
+    UnknownGeometry,
+    /// The event epoch file could not be read or advanced.
+    #[error("the event epoch file {path}: {reason}")]
+    EpochFile {
+        /// The file.
+        path: String,
+        /// What was expected and found, or the I/O error.
+        reason: String,
+    },
+    /// A route whose model was not named and could not be inferred.
+    #[error("{0}")]
+    ModelRequired(String),
+}
+
+impl From<LocalError> for FabricError {
+    fn from(e: LocalError) -> FabricError {
+        match e {
+            LocalError::Store(s) => FabricError::Store(s),
+            LocalError::Poisoned => FabricError::Poisoned,
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! KV events: one [`EventLog`] per node, fed by the local side (`crate::local`) whenever what
+//! the node holds changes, read by `GET /v1/events` (Server-Sent Events, `http::routes::events`)
+//! and by the optional ZeroMQ publisher of vLLM-compatible KV events ([`zmq`]).
+//!
+//! The log is a bounded ring of [`Batch`]es with gap-free sequence numbers (0, 1, 2, … within
+//! one epoch), a broadcast to live subscribers, and the node's epoch ([`epoch`]): a counter
+//! persisted in `data_dir` that grows on every start. Sequence numbers restart at 0 with each
+//! epoch (as a restarted vLLM engine's do); the first batch of an epoch (seq 0) announces it:
+//! an [`EventKind::Epoch`] (`AllBlocksCleared` on the ZeroMQ wire) followed by
+//! [`EventKind::Stored`] events per tier and namespace for the blocks recovered from disk, so a
+//! consumer that drops its state for the node on that batch ends up with the node's state.
+//! On a cluster node, [`node_down`] adds an [`EventKind::NodeDown`] when a member's lease
+//! expires in the directory.
+
+pub mod epoch;
+mod metrics;
+pub mod node_down;
+pub mod wire;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use kvfabric_store::{BlockId, NamespaceKey, Tier};
+use tokio::sync::{broadcast, watch};
+
+pub use metrics::EventMetrics;
+
+use crate::ids::{ChunkKey, NodeId};
+
+/// Most batches the live broadcast holds for a slow subscriber (beyond: it refills from the
+/// ring).
+pub const BROADCAST_MAX: usize = 1024;
+
+/// What one event says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventKind {
+    /// The node started a new epoch: whatever a consumer knew of it is void.
+    Epoch,
+    /// Blocks now held in `namespace`, in `tier`.
+    Stored {
+        /// The namespace they are held in (decides which tenants see the event).
+        namespace: NamespaceKey,
+        /// Where they sit.
+        tier: Tier,
+        /// Their ids.
+        ids: Vec<BlockId>,
+        /// The first chunk key the put named (its prefix key when it gave one), if any.
+        chunk_key: Option<ChunkKey>,
+        /// Tokens per block of the model, when the producer knows it (0: unknown).
+        block_tokens: u32,
+    },
+    /// Blocks no longer held in `namespace` (on `tier` when known).
+    Removed {
+        /// The namespace they were held in.
+        namespace: NamespaceKey,
+        /// Where they sat (`None`: their slots were already gone, e.g. quarantined).
+        tier: Option<Tier>,
+        /// Their ids.
+        ids: Vec<BlockId>,
+    },
+    /// Another member's (or this node's) lease expired in the directory: its ownership
+    /// records were purged ([`node_down`]).
+    NodeDown {
+        /// The member.
+        node: NodeId,
+        /// Its directory epoch (incarnation) that ended.
+        epoch: u64,
+    },
+}
+
+impl EventKind {
+    /// The namespace a tenant must be able to read to see this event; `None`: every caller.
+    pub fn namespace(&self) -> Option<&NamespaceKey> {
+        match self {
+            EventKind::Epoch | EventKind::NodeDown { .. } => None,
+            EventKind::Stored { namespace, .. } | EventKind::Removed { namespace, .. } => {
+                Some(namespace)
+            }
+        }
+    }
+}
+
+/// One published batch: what one change of the node's holdings produced.
+#[derive(Debug)]
+pub struct Batch {
+    /// Sequence number within the epoch, from 0, without gaps.
+    pub seq: u64,
+    /// The epoch it belongs to.
+    pub epoch: u64,
+    /// Seconds since the Unix epoch when it was published.
+    pub ts: f64,
+    /// Its events, in order.
+    pub events: Vec<EventKind>,
+    /// The vLLM `KVEventBatch` msgpack encoding ([`wire::encode_batch`]).
+    pub payload: Bytes,
+}
+
+/// The ring and the next sequence number.
+struct Ring {
+    batches: VecDeque<Arc<Batch>>,
+    next_seq: u64,
+}
+
+/// Where a subscriber starts: what is still in the ring from its start, then live batches.
+pub struct Subscription {
+    /// Buffered batches with `seq >= since`, in order.
+    pub replay: Vec<Arc<Batch>>,
+    /// Batches published after the snapshot.
+    pub live: broadcast::Receiver<Arc<Batch>>,
+    /// Changes to `true` when the node shuts down.
+    pub closed: watch::Receiver<bool>,
+}
+
+/// Why a subscription from `since` cannot be served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplayGap {
+    /// The oldest sequence number still buffered (the next one to be published when the ring
+    /// is empty).
+    pub oldest: u64,
+}
+
+/// The event log of one node.
+pub struct EventLog {
+    node: NodeId,
+    epoch: u64,
+    capacity: usize,
+    ring: Mutex<Ring>,
+    tx: broadcast::Sender<Arc<Batch>>,
+    closed: watch::Sender<bool>,
+    /// Its metrics (registered in the node's registry).
+    pub metrics: EventMetrics,
+}
+
+impl EventLog {
+    /// A log for `node` in `epoch`, keeping the last `capacity` batches (at least 1).
+    pub fn new(node: NodeId, epoch: u64, capacity: usize, metrics: EventMetrics) -> EventLog {
+        let capacity = capacity.max(1);
+        // A subscriber that falls behind the broadcast refills from the ring, so the
+        // broadcast need not be as long as the ring.
+        let (tx, _) = broadcast::channel(capacity.min(BROADCAST_MAX));
+        let (closed, _) = watch::channel(false);
+        EventLog {
+            node,
+            epoch,
+            capacity,
+            ring: Mutex::new(Ring {
+                batches: VecDeque::with_capacity(capacity.min(4096)),
+                next_seq: 0,
+            }),
+            tx,
+            closed,
+            metrics,
+        }
+    }
+
+    /// The node the log belongs to.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// The node's current epoch.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Publishes one batch of `events` (nothing when empty); returns its sequence number.
+    pub fn publish(&self, events: Vec<EventKind>) -> Option<u64> {
+        if events.is_empty() {
+            return None;
+        }
+        let ts = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let payload = wire::encode_batch(ts, &events);
+        let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let seq = ring.next_seq;
+        ring.next_seq += 1;
+        let batch = Arc::new(Batch {
+            seq,
+            epoch: self.epoch,
+            ts,
+            events,
+            payload,
+        });
+        if ring.batches.len() == self.capacity {
+            ring.batches.pop_front();
+        }
+        ring.batches.push_back(batch.clone());
+        // Sent under the ring lock so that live order is publication order; no receiver is
+        // not an error.
+        let _ = self.tx.send(batch);
+        self.metrics.published.inc();
+        Some(seq)
+    }
+
+    /// Subscribes from sequence number `since` of the current epoch (`None`: live batches
+    /// only). [`ReplayGap`] when `since` is older than the oldest buffered batch.
+    pub fn subscribe(&self, since: Option<u64>) -> Result<Subscription, ReplayGap> {
+        let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let oldest = ring.batches.front().map_or(ring.next_seq, |b| b.seq);
+        let replay = match since {
+            None => Vec::new(),
+            Some(s) if s < oldest => return Err(ReplayGap { oldest }),
+            Some(s) => ring
+                .batches
+                .iter()
+                .filter(|b| b.seq >= s)
+                .cloned()
+                .collect(),
+        };
+        Ok(Subscription {
+            replay,
+            live: self.tx.subscribe(),
+            closed: self.closed.subscribe(),
+        })
+    }
+
+    /// Buffered batches with `seq >= since` (the ZeroMQ replay and a lagging publisher).
+    pub fn buffered_from(&self, since: u64) -> Vec<Arc<Batch>> {
+        let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        ring.batches
+            .iter()
+            .filter(|b| b.seq >= since)
+            .cloned()
+            .collect()
+    }
+
+    /// The next sequence number to be published.
+    pub fn next_seq(&self) -> u64 {
+        self.ring.lock().unwrap_or_else(|p| p.into_inner()).next_seq
+    }
+
+    /// Changes to `true` when the log closes (for tasks that only need to know when to stop).
+    pub fn closed(&self) -> watch::Receiver<bool> {
+        self.closed.subscribe()
+    }
+
+    /// Ends every subscription (at shutdown).
+    pub fn close(&self) {
+        let _ = self.closed.send(true);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,124 @@
+//! [`Fabric`]: the node's use-cases as methods of one type — [`Fabric::put`], [`Fabric::get`],
+//! [`Fabric::head`], [`Fabric::delete`], [`Fabric::lookup`], [`Fabric::route`] — and the
+//! views the API shows (the cluster, readiness, counters).
+//!
+//! A fabric is built from this node's open store ([`LocalNode`]), its model catalog, an
+//! injected clock and, on a cluster member, its cluster side ([`Cluster`]: the directory
+//! member, the block transport and the control channel). It never knows about HTTP: callers
+//! hand it typed requests and map its [`FabricError`]s onto their own answers.
+
+mod lookup;
+mod put;
+mod read;
+mod route;
+mod view;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use kvfabric_directory::Clock;
+
+pub use lookup::Resolved;
+pub use put::{PutBody, PutDone, PutFailure, PutRequest};
+pub use read::{Head, Served};
+pub use route::{RouteAnswer, RouteQuery};
+pub use view::{opening, tier_infos, ClusterInfo, MemberInfo, TierInfo};
+
+use crate::cluster::{Cluster, ClusterError};
+use crate::config::{ClusterConfig, RouteConfig};
+use crate::events::EventLog;
+use crate::ids::NodeId;
+use crate::local::LocalNode;
+use crate::presets::Catalog;
+
+/// What a fabric is built from.
+pub struct FabricParts {
+    /// This node.
+    pub me: NodeId,
+    /// Its HTTP API as clients reach it (what its views name it by).
+    pub api: String,
+    /// The presets it accepts.
+    pub catalog: Arc<Catalog>,
+    /// The cost model of routes.
+    pub route: RouteConfig,
+    /// The clock leases and liveness are judged by.
+    pub clock: Arc<dyn Clock>,
+    /// The open store.
+    pub local: Arc<LocalNode>,
+    /// The node's event log (a cluster member adds `node_down` events to it).
+    pub events: Arc<EventLog>,
+}
+
+/// The fabric core of one node.
+pub struct Fabric {
+    me: NodeId,
+    api: String,
+    catalog: Arc<Catalog>,
+    route: RouteConfig,
+    local: Arc<LocalNode>,
+    cluster: Option<Arc<Cluster>>,
+}
+
+impl Fabric {
+    /// A standalone node's fabric: its store alone.
+    pub fn standalone(parts: FabricParts) -> Fabric {
+        Fabric {
+            me: parts.me,
+            api: parts.api,
+            catalog: parts.catalog,
+            route: parts.route,
+            local: parts.local,
+            cluster: None,
+        }
+    }
+
+    /// A cluster member's fabric: starts its networks and directory member (on
+    /// `data_dir/raft`), then, in the background, joins, re-registers what the store holds,
+    /// renews its lease, re-replicates and follows tier moves.
+    pub async fn start_member(
+        parts: FabricParts,
+        config: ClusterConfig,
+        data_dir: &Path,
+    ) -> Result<Fabric, ClusterError> {
+        let cluster = Cluster::start(
+            parts.me,
+            config,
+            data_dir,
+            parts.local.clone(),
+            parts.clock.clone(),
+        )
+        .await?;
+        cluster.run_membership();
+        crate::events::node_down::spawn(cluster.clone(), parts.events.clone());
+        Ok(Fabric {
+            me: parts.me,
+            api: parts.api,
+            catalog: parts.catalog,
+            route: parts.route,
+            local: parts.local,
+            cluster: Some(cluster),
+        })
+    }
+
+    /// This node.
+    pub fn me(&self) -> NodeId {
+        self.me
+    }
+
+    /// The presets it accepts.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// Whether it is a cluster member.
+    pub fn clustered(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// Stops the cluster side (background tasks, directory member, networks), bounded.
+    pub async fn shutdown(&self) {
+        if let Some(c) = &self.cluster {
+            c.shutdown().await;
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! [`Fabric::put`]: a payload received straight into a store reservation, sealed, held, its
+//! ownership (and chunk keys) recorded in the directory, and its copies made on other
+//! members before it is acknowledged.
+//!
+//! The body arrives piece by piece through [`PutBody`] (the store lock is taken per piece,
+//! never across a read); any refusal after the first byte cancels the reservation, so arena
+//! room is never leaked.
+
+use std::future::Future;
+
+use bytes::Bytes;
+use kvfabric_store::{BlockId, ByteCount, Dedup, NamespaceKey, PutForm, Tier};
+
+use super::Fabric;
+use crate::error::FabricError;
+use crate::ids::ChunkKey;
+use crate::local::{PutError, PutSession};
+use crate::presets::Model;
+
+/// Copies acknowledged on a standalone node.
+const REPLICAS_LOCAL: u32 = 1;
+
+/// Where a put's payload comes from, piece by piece.
+pub trait PutBody: Send {
+    /// Why the body could not be read (the caller's own error).
+    type Error: Send;
+    /// The next piece; `None` at the end of the body.
+    fn next_piece(&mut self) -> impl Future<Output = Result<Option<Bytes>, Self::Error>> + Send;
+}
+
+/// What a put is, decided before its body is read.
+#[derive(Debug, Clone)]
+pub struct PutRequest<'a> {
+    /// The namespace it is sealed in.
+    pub ns: NamespaceKey,
+    /// Its model.
+    pub model: &'a Model,
+    /// Canonical or rotated.
+    pub form: PutForm,
+    /// The chunk keys naming the block (a prefix key, a position-independent key).
+    pub chunk_keys: Vec<ChunkKey>,
+}
+
+/// An acknowledged put.
+#[derive(Debug, Clone, Copy)]
+pub struct PutDone {
+    /// Content id.
+    pub id: BlockId,
+    /// What dedup decided.
+    pub dedup: Dedup,
+    /// Stored bytes (header + payload).
+    pub bytes: ByteCount,
+    /// The tier it landed in here.
+    pub tier: Tier,
+    /// Verified copies on distinct nodes, this one's included.
+    pub replicas: u32,
+}
+
+/// Why a put failed: its body, or the fabric.
+#[derive(Debug)]
+pub enum PutFailure<E> {
+    /// The body could not be read.
+    Body(E),
+    /// The fabric refused or failed.
+    Fabric(FabricError),
+}
+
+impl<E> From<FabricError> for PutFailure<E> {
+    fn from(e: FabricError) -> PutFailure<E> {
+        PutFailure::Fabric(e)
+    }
+}
+
+impl Fabric {
+    /// Receives `body` into a reservation for one block of `req.model`, seals it under
+    /// `req.ns`, holds it and records its chunk keys; on a cluster member, claims it in the
+    /// directory (one claim per chunk key, in flight together) and waits for `replication`
+    /// verified copies on distinct members. A body of the wrong length is
+    /// [`FabricError::PayloadLength`] (with the bytes seen so far); the rest of such a body is
+    /// left unread for the caller.
+    pub async fn put<B: PutBody>(
+        &self,
+        req: PutRequest<'_>,
+        body: &mut B,
+    ) -> Result<PutDone, PutFailure<B::Error>> {
+        let g = &req.model.geometry;
+        let expected = req.model.layout.payload_len;
+        let mut session = PutSession::begin(&self.local, g, expected).map_err(FabricError::from)?;
+        while let Some(piece) = body.next_piece().await.map_err(PutFailure::Body)? {
+            match session.write(&piece) {
+                Ok(()) => {}
+                Err(PutError::Length { .. }) => {
+                    let found = session.written() + piece.len() as u64;
+                    return Err(FabricError::PayloadLength { expected, found }.into());
+                }
+                Err(PutError::Local(e)) => return Err(FabricError::from(e).into()),
+            }
+        }
+        let sealed = match session.seal(req.ns, g, req.form, &req.chunk_keys) {
+            Ok(s) => s,
+            Err(PutError::Length { expected, found }) => {
+                return Err(FabricError::PayloadLength { expected, found }.into())
+            }
+            Err(PutError::Local(e)) => return Err(FabricError::from(e).into()),
+        };
+        tracing::debug!(block = %sealed.id, model = %g.name, dedup = sealed.dedup.name(), "sealed");
+        let replicas = match &self.cluster {
+            None => REPLICAS_LOCAL,
+            Some(cluster) => {
+                cluster
+                    .claim_put(req.ns, sealed.id, sealed.tier, &req.chunk_keys)
+                    .await?;
+                let r = cluster.replicate(req.ns, sealed.id).await;
+                if r.have < r.want {
+                    return Err(FabricError::ReplicationIncomplete {
+                        block: sealed.id,
+                        have: r.have,
+                        want: r.want,
+                    }
+                    .into());
+                }
+                r.have
+            }
+        };
+        Ok(PutDone {
+            id: sealed.id,
+            dedup: sealed.dedup,
+            bytes: sealed.bytes,
+            tier: sealed.tier,
+            replicas,
+        })
+    }
+}

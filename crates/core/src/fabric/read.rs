@@ -1,0 +1,114 @@
+//! [`Fabric::get`], [`Fabric::head`] and [`Fabric::delete`] of one block.
+//!
+//! A block is visible only in the namespace it was sealed in (and in shared namespaces to
+//! every caller that may read them): every call takes the namespaces the caller may read, and
+//! the store is probed by `(namespace, id)`, so another tenant's id and an absent id take the
+//! same path to the same [`FabricError::NotFound`].
+//!
+//! On a cluster member a get that misses locally fetches the block from its live owners,
+//! installs it and serves it, naming the owner that served it; a head answers from this
+//! node's tiers only; a delete that drops the node's reference also releases its ownership
+//! record in the directory.
+
+use bytes::Bytes;
+use kvfabric_store::block::BlockHeader;
+use kvfabric_store::rope::{rotate_block, Direction};
+use kvfabric_store::{BlockId, NamespaceKey, Tier, HEADER_LEN};
+
+use super::Fabric;
+use crate::error::FabricError;
+use crate::ids::NodeId;
+use crate::local::Deleted;
+
+/// A block served by [`Fabric::get`].
+#[derive(Debug, Clone)]
+pub struct Served {
+    /// The payload (rotated to the position asked for), a view into the verified buffer.
+    pub payload: Bytes,
+    /// The tier it was read from (or installed in, when fetched from a peer).
+    pub tier: Tier,
+    /// The owner that served it; `None` when this node held it.
+    pub source: Option<NodeId>,
+    /// Its model, when it is among this node's presets.
+    pub model: Option<String>,
+}
+
+/// What [`Fabric::head`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Head {
+    /// The tier it sits in.
+    pub tier: Tier,
+    /// Its payload length.
+    pub payload_len: u64,
+}
+
+impl Fabric {
+    /// The payload of `id` from the first namespace of `read` that holds it here, else (on a
+    /// cluster member) from its live owners; `k_rope` rotated to `position` if asked.
+    pub async fn get(
+        &self,
+        read: &[NamespaceKey],
+        id: BlockId,
+        position: Option<u64>,
+    ) -> Result<Served, FabricError> {
+        let (block, tier, source) = match self.local.get(read, &id)? {
+            Some((block, tier)) => (block, tier, None),
+            None => {
+                let remote = match &self.cluster {
+                    Some(c) => c.fetch_remote(read, id).await,
+                    None => None,
+                };
+                let hit = remote.ok_or(FabricError::NotFound)?;
+                (hit.block, hit.tier, Some(hit.source))
+            }
+        };
+        let header = BlockHeader::decode(block.bytes())?;
+        let model = self.catalog.by_fingerprint(&header.fingerprint);
+        let mut bytes = block.into_bytes();
+        if let Some(p) = position {
+            let model = model.ok_or(FabricError::UnknownGeometry)?;
+            rotate_block(
+                &model.layout,
+                &mut bytes[HEADER_LEN..],
+                p,
+                Direction::Forward,
+            )?;
+        }
+        // The payload is served as a view into the verified buffer: no copy.
+        let payload = Bytes::from(bytes).slice(HEADER_LEN..);
+        Ok(Served {
+            payload,
+            tier,
+            source,
+            model: model.map(|m| m.geometry.name.clone()),
+        })
+    }
+
+    /// Where `id` sits in this node's tiers and its payload length, without reading it.
+    pub fn head(&self, read: &[NamespaceKey], id: BlockId) -> Result<Head, FabricError> {
+        let (tier, payload_len) = self.local.head(read, &id)?.ok_or(FabricError::NotFound)?;
+        Ok(Head { tier, payload_len })
+    }
+
+    /// Drops this node's reference on `id` in `write` (and its ownership record). `read`
+    /// decides whether a block the caller may not delete is [`FabricError::DeleteForbidden`]
+    /// (visible to them) or [`FabricError::NotFound`].
+    pub async fn delete(
+        &self,
+        write: NamespaceKey,
+        read: &[NamespaceKey],
+        id: BlockId,
+    ) -> Result<(), FabricError> {
+        let held = self.local.head(&[write], &id)?;
+        match self.local.delete(&write, read, &id)? {
+            Deleted::Released => {
+                if let (Some(c), Some((tier, _))) = (&self.cluster, held) {
+                    c.release(id, tier).await;
+                }
+                Ok(())
+            }
+            Deleted::Forbidden => Err(FabricError::DeleteForbidden),
+            Deleted::NotFound => Err(FabricError::NotFound),
+        }
+    }
+}

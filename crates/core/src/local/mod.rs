@@ -1,0 +1,454 @@
+//! The node's local side: the tiered [`Store`] with what this node holds ([`Held`]) and the
+//! chunk keys put on it ([`ChunkIndex`]), behind one lock.
+//!
+//! [`LocalNode`] is the only way in. Every call takes the lock for the duration of one store
+//! operation and never across an `await` (the callers are async; these methods are not), and
+//! runs inside [`tokio::task::block_in_place`] because a store call may read or write the disk
+//! tier. The cluster path wraps this type (remote fetches on a local miss, ownership records on
+//! put) rather than changing it.
+//!
+//! Once the node's event log is attached ([`LocalNode::attach_events`]), every change of what
+//! is held is published under the same lock: a block newly held (put, install), released
+//! (delete) or forgotten (its slots quarantined), and a held block's tier moves (the store
+//! records them; they are taken at the end of every call).
+
+mod chunks;
+mod held;
+mod put;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use kvfabric_store::{
+    BlockId, NamespaceKey, Store, StoreConfig, StoreCounters, StoreError, Tier, TierMove,
+    TierUsage, VerifiedBlock, HEADER_LEN,
+};
+use tokio::sync::mpsc;
+
+pub use chunks::ChunkIndex;
+pub use held::Held;
+pub use put::{PutError, PutSession};
+
+use crate::events::{EventKind, EventLog};
+use crate::ids::ChunkKey;
+
+/// Most block ids in one `Stored` event of an epoch's announcement (more make more events).
+pub const ANNOUNCE_IDS_MAX: usize = 1024;
+
+/// What the local side can fail at.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    /// The store refused or failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A store call panicked while holding the lock; the store's state is not trusted since.
+    #[error("the store lock is poisoned (a store call panicked); restart the node")]
+    Poisoned,
+}
+
+/// What opening found on disk.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Recovery {
+    /// Blocks recovered into a configured namespace and held again.
+    pub held: u64,
+    /// Blocks recovered under a namespace no longer configured: released (evictable).
+    pub orphaned: u64,
+}
+
+/// The outcome of a delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    /// The node's reference was dropped.
+    Released,
+    /// The block is readable by the caller (a shared namespace) but not theirs to delete.
+    Forbidden,
+    /// Not held in any namespace the caller may read.
+    NotFound,
+}
+
+/// A snapshot for metrics and `GET /v1/cluster`.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The store's counters.
+    pub counters: StoreCounters,
+    /// Capacity and use per tier.
+    pub usage: Vec<TierUsage>,
+    /// Blocks held.
+    pub held: u64,
+    /// Chunk keys mapped.
+    pub chunk_keys: u64,
+}
+
+/// Everything behind the lock.
+pub struct Local {
+    /// The tiered store.
+    pub store: Store,
+    /// What this node holds a reference on.
+    pub held: Held,
+    /// Chunk keys put on this node.
+    pub chunks: ChunkIndex,
+    /// The node's event log, once attached: every change of what is held is published to it
+    /// under this lock, so events are in the order of the changes.
+    pub events: Option<Arc<EventLog>>,
+    /// Where the tier moves of held blocks go besides the event log: the cluster side, which
+    /// records them in the directory (set by [`LocalNode::watch_moves`]).
+    pub moves: Option<mpsc::UnboundedSender<TierMove>>,
+}
+
+/// The local side of a node.
+pub struct LocalNode {
+    inner: Mutex<Local>,
+}
+
+impl LocalNode {
+    /// Opens the store and re-holds the blocks recovered from disk whose namespace is one of
+    /// `namespaces` (each recovered block comes back with one reference, held for the node).
+    pub fn open(
+        config: StoreConfig,
+        namespaces: &[NamespaceKey],
+    ) -> Result<(LocalNode, Recovery), StoreError> {
+        let mut store = Store::open(config)?;
+        let mut held = Held::default();
+        let mut recovery = Recovery::default();
+        for (slot, id, _) in store.live_slots() {
+            let ns = store.namespace_of(slot)?;
+            match namespaces.iter().find(|n| **n == ns) {
+                Some(ns) => {
+                    held.insert(*ns, id, slot);
+                    recovery.held += 1;
+                }
+                None => {
+                    store.release(slot)?;
+                    recovery.orphaned += 1;
+                }
+            }
+        }
+        let local = Local {
+            store,
+            held,
+            chunks: ChunkIndex::default(),
+            events: None,
+            moves: None,
+        };
+        Ok((
+            LocalNode {
+                inner: Mutex::new(local),
+            },
+            recovery,
+        ))
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Local>, LocalError> {
+        self.inner.lock().map_err(|_| LocalError::Poisoned)
+    }
+
+    /// Runs `f` under the lock, off the async workers' fast path (it may touch the disk).
+    pub fn with<R>(
+        &self,
+        f: impl FnOnce(&mut Local) -> Result<R, LocalError>,
+    ) -> Result<R, LocalError> {
+        block_in_place(|| {
+            let mut l = self.lock()?;
+            let r = f(&mut l);
+            l.publish_moves();
+            r
+        })
+    }
+
+    /// Reads `id` from the first namespace of `read` that holds it: the whole verified block
+    /// and the tier it was served from. `None` when none does.
+    ///
+    /// Every namespace of `read` is probed (no early exit) so the work does not depend on
+    /// where, or whether, the id is held.
+    pub fn get(
+        &self,
+        read: &[NamespaceKey],
+        id: &BlockId,
+    ) -> Result<Option<(VerifiedBlock, Tier)>, LocalError> {
+        self.with(|l| {
+            let Some(ns) = l.find(read, id) else {
+                return Ok(None);
+            };
+            match l.store.get(id, &ns) {
+                Ok(found) => Ok(Some(found)),
+                // Its slots were quarantined (bytes did not verify): not held any more.
+                Err(StoreError::NotFound(_)) => {
+                    l.forget(&ns, id);
+                    Ok(None)
+                }
+                Err(e) => Err(e.into()),
+            }
+        })
+    }
+
+    /// Where `id` sits and its payload length, without reading it.
+    pub fn head(
+        &self,
+        read: &[NamespaceKey],
+        id: &BlockId,
+    ) -> Result<Option<(Tier, u64)>, LocalError> {
+        self.with(|l| {
+            let Some(ns) = l.find(read, id) else {
+                return Ok(None);
+            };
+            match l.store.slots_of(id, &ns).first() {
+                Some(slot) => {
+                    let h = l.store.handle(*slot)?;
+                    Ok(Some((h.tier, h.len.0.saturating_sub(HEADER_LEN as u64))))
+                }
+                None => {
+                    l.forget(&ns, id);
+                    Ok(None)
+                }
+            }
+        })
+    }
+
+    /// Drops the node's reference on `id` in `write` (and frees it if nothing else holds it).
+    /// `read` decides whether a block the caller may not delete is [`Deleted::Forbidden`]
+    /// (visible to them) or [`Deleted::NotFound`].
+    pub fn delete(
+        &self,
+        write: &NamespaceKey,
+        read: &[NamespaceKey],
+        id: &BlockId,
+    ) -> Result<Deleted, LocalError> {
+        self.with(|l| {
+            if l.held.contains(write, id) {
+                l.release(write, id)?;
+                return Ok(Deleted::Released);
+            }
+            if l.find(read, id).is_some() {
+                return Ok(Deleted::Forbidden);
+            }
+            Ok(Deleted::NotFound)
+        })
+    }
+
+    /// For each key, the block it maps to in the first namespace of `read` that maps it to a
+    /// held block.
+    pub fn lookup(
+        &self,
+        read: &[NamespaceKey],
+        keys: &[ChunkKey],
+    ) -> Result<Vec<Option<BlockId>>, LocalError> {
+        self.with(|l| {
+            Ok(keys
+                .iter()
+                .map(|k| {
+                    read.iter()
+                        .find_map(|ns| l.chunks.get(ns, k).filter(|id| l.held.contains(ns, id)))
+                })
+                .collect())
+        })
+    }
+
+    /// Installs a block that arrived verified from a peer and holds it (a block already held
+    /// gives back the spare reference); returns the tier it sits in.
+    pub fn install(&self, block: &VerifiedBlock) -> Result<Tier, LocalError> {
+        self.with(|l| {
+            let s = l.store.install(block)?;
+            let tier = l.store.handle(s.slot)?.tier;
+            let ns = block.namespace();
+            let newly = !l.held.contains(&ns, &s.id);
+            if !l.held.insert(ns, s.id, s.slot) {
+                l.store.release(s.slot)?;
+            }
+            if newly {
+                l.emit(EventKind::Stored {
+                    namespace: ns,
+                    tier,
+                    ids: vec![s.id],
+                    chunk_key: None,
+                    block_tokens: 0,
+                });
+            }
+            Ok(tier)
+        })
+    }
+
+    /// Every block this node holds and the tier it sits in (for registering ownership after
+    /// a start). At most one entry per id, whatever its namespaces.
+    pub fn held_blocks(&self) -> Result<Vec<(BlockId, Tier)>, LocalError> {
+        self.with(|l| {
+            let mut out = std::collections::BTreeMap::new();
+            for (id, slot) in l.held.first_slots() {
+                let tier = l.store.handle(slot)?.tier;
+                out.insert(id, tier);
+            }
+            Ok(out.into_iter().collect())
+        })
+    }
+
+    /// Every `(namespace, id)` this node holds, in a stable order (for re-replication).
+    pub fn held_keys(&self) -> Result<Vec<(NamespaceKey, BlockId)>, LocalError> {
+        self.with(|l| {
+            let mut keys: Vec<_> = l.held.iter().map(|(ns, id, _)| (ns, id)).collect();
+            keys.sort_unstable_by_key(|(ns, id)| (id.0, ns.0));
+            Ok(keys)
+        })
+    }
+
+    /// Attaches the event log and publishes its epoch's first batch: the epoch, then what is
+    /// held now (recovered from disk), `Stored` events per namespace and tier (at most
+    /// [`ANNOUNCE_IDS_MAX`] ids each). Atomic with respect
+    /// to every other change, so no change is missing from or duplicated in the stream.
+    pub fn attach_events(&self, log: Arc<EventLog>) -> Result<(), LocalError> {
+        self.with(|l| {
+            let mut groups: std::collections::BTreeMap<([u8; 32], Tier), Vec<BlockId>> =
+                std::collections::BTreeMap::new();
+            for (ns, id, slot) in l.held.iter() {
+                let tier = l.store.handle(slot)?.tier;
+                groups.entry((ns.0, tier)).or_default().push(id);
+            }
+            let mut events = vec![EventKind::Epoch];
+            for ((ns, tier), mut ids) in groups {
+                ids.sort();
+                for part in ids.chunks(ANNOUNCE_IDS_MAX) {
+                    events.push(EventKind::Stored {
+                        namespace: NamespaceKey(ns),
+                        tier,
+                        ids: part.to_vec(),
+                        chunk_key: None,
+                        block_tokens: 0,
+                    });
+                }
+            }
+            log.publish(events);
+            l.events = Some(log);
+            l.store.record_moves(true);
+            Ok(())
+        })
+    }
+
+    /// Starts reporting the tier moves of held blocks (demotions, promotions) on the returned
+    /// channel, in the order they happen; replaces an earlier watcher.
+    pub fn watch_moves(&self) -> Result<mpsc::UnboundedReceiver<TierMove>, LocalError> {
+        self.with(|l| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            l.moves = Some(tx);
+            l.store.record_moves(true);
+            Ok(rx)
+        })
+    }
+
+    /// Counters, tier use and index sizes.
+    pub fn snapshot(&self) -> Result<Snapshot, LocalError> {
+        self.with(|l| {
+            Ok(Snapshot {
+                counters: l.store.counters(),
+                usage: l.store.usage(),
+                held: l.held.len() as u64,
+                chunk_keys: l.chunks.len() as u64,
+            })
+        })
+    }
+}
+
+impl Local {
+    /// Publishes the tier moves of held blocks the last store call made (demotions,
+    /// promotions) as one batch: each a `Removed` from the old tier and a `Stored` in the new;
+    /// and hands each to the move watcher, if any.
+    fn publish_moves(&mut self) {
+        if self.events.is_none() && self.moves.is_none() {
+            return;
+        }
+        let mut events = Vec::new();
+        for m in self.store.take_moves() {
+            if !self.held.contains(&m.namespace, &m.id) {
+                continue;
+            }
+            if let Some(tx) = &self.moves {
+                // A watcher gone (shutdown) is not an error.
+                let _ = tx.send(m);
+            }
+            events.push(EventKind::Removed {
+                namespace: m.namespace,
+                tier: Some(m.from),
+                ids: vec![m.id],
+            });
+            events.push(EventKind::Stored {
+                namespace: m.namespace,
+                tier: m.to,
+                ids: vec![m.id],
+                chunk_key: None,
+                block_tokens: 0,
+            });
+        }
+        if let Some(log) = &self.events {
+            log.publish(events);
+        }
+    }
+
+    /// Publishes one event as its own batch (nothing before the log is attached).
+    pub fn emit(&self, event: EventKind) {
+        if let Some(log) = &self.events {
+            log.publish(vec![event]);
+        }
+    }
+
+    /// The namespace of `read` holding `id`, probing all of them.
+    fn find(&self, read: &[NamespaceKey], id: &BlockId) -> Option<NamespaceKey> {
+        let mut found = None;
+        for ns in read {
+            if self.held.contains(ns, id) && found.is_none() {
+                found = Some(*ns);
+            }
+        }
+        found
+    }
+
+    /// Drops the node's references on a held block and frees what nothing else uses.
+    fn release(&mut self, ns: &NamespaceKey, id: &BlockId) -> Result<(), LocalError> {
+        let Some(block) = self.held.remove(ns, id) else {
+            return Ok(());
+        };
+        self.chunks.forget(ns, &block.chunk_keys);
+        let tier = block
+            .slots
+            .first()
+            .and_then(|s| self.store.handle(*s).ok())
+            .map(|h| h.tier);
+        self.emit(EventKind::Removed {
+            namespace: *ns,
+            tier,
+            ids: vec![*id],
+        });
+        for slot in block.slots {
+            match self.store.release(slot) {
+                Ok(_) => {
+                    self.store.remove_if_unused(slot)?;
+                }
+                // Quarantined or dropped since: nothing left to release.
+                Err(StoreError::StaleSlot(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets a held block whose slots are gone from the store.
+    fn forget(&mut self, ns: &NamespaceKey, id: &BlockId) {
+        if let Some(block) = self.held.remove(ns, id) {
+            self.chunks.forget(ns, &block.chunk_keys);
+            self.emit(EventKind::Removed {
+                namespace: *ns,
+                tier: None,
+                ids: vec![*id],
+            });
+        }
+    }
+}
+
+/// [`tokio::task::block_in_place`] on a multi-threaded runtime; a plain call elsewhere (unit
+/// tests, the current-thread runtime where it would panic).
+fn block_in_place<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,161 @@
+//! [`PutSession`]: a put received straight into a store reservation (no intermediate copy),
+//! then sealed in place.
+//!
+//! The session owns the reservation until it is sealed; dropping it unsealed (a bad body, a
+//! timeout, a client that went away mid-body and took the request future with it) cancels the
+//! reservation, so arena room is never leaked.
+
+use kvfabric_store::{
+    BlockId, ByteCount, Dedup, ModelGeometry, NamespaceKey, PutForm, Reservation, Tier,
+};
+
+use super::{LocalError, LocalNode};
+use crate::events::EventKind;
+use crate::ids::ChunkKey;
+
+/// Why a put's body was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum PutError {
+    /// The body does not have the geometry's payload length.
+    #[error("payload length: expected {expected} bytes, found {found}")]
+    Length {
+        /// The geometry's payload length.
+        expected: u64,
+        /// Bytes received (at least this many when the body ran past `expected`).
+        found: u64,
+    },
+    /// The store refused or failed.
+    #[error(transparent)]
+    Local(#[from] LocalError),
+}
+
+/// A sealed put, as the API reports it.
+#[derive(Debug, Clone, Copy)]
+pub struct Sealed {
+    /// Content id.
+    pub id: BlockId,
+    /// What dedup decided.
+    pub dedup: Dedup,
+    /// Stored bytes (header + payload).
+    pub bytes: ByteCount,
+    /// The tier it landed in.
+    pub tier: Tier,
+}
+
+/// One put in progress.
+pub struct PutSession<'a> {
+    node: &'a LocalNode,
+    reservation: Option<Reservation>,
+    expected: u64,
+    written: u64,
+}
+
+impl<'a> PutSession<'a> {
+    /// Reserves host-arena room for one block of `geometry`.
+    pub fn begin(
+        node: &'a LocalNode,
+        geometry: &ModelGeometry,
+        payload_len: u64,
+    ) -> Result<PutSession<'a>, LocalError> {
+        let reservation = node.with(|l| Ok(l.store.reserve(geometry)?))?;
+        Ok(PutSession {
+            node,
+            reservation: Some(reservation),
+            expected: payload_len,
+            written: 0,
+        })
+    }
+
+    /// Bytes received so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Copies the next piece of the body into the reservation. Refuses a piece that would run
+    /// past the payload length, leaving the session as it was.
+    pub fn write(&mut self, piece: &[u8]) -> Result<(), PutError> {
+        let end = self.written + piece.len() as u64;
+        if end > self.expected {
+            return Err(PutError::Length {
+                expected: self.expected,
+                found: end,
+            });
+        }
+        let r = self
+            .reservation
+            .as_ref()
+            .expect("a session holds its reservation until sealed");
+        let at = self.written as usize..end as usize;
+        self.node.with(|l| {
+            l.store.reservation_payload(r)?[at].copy_from_slice(piece);
+            Ok(())
+        })?;
+        self.written = end;
+        Ok(())
+    }
+
+    /// Seals the filled reservation under `ns`, holds the block (one reference per slot, the
+    /// spare one of a dedup onto a held slot given back) and records each of `chunk_keys`
+    /// (a prefix key, a position-independent key) for it.
+    pub fn seal(
+        mut self,
+        ns: NamespaceKey,
+        geometry: &ModelGeometry,
+        form: PutForm,
+        chunk_keys: &[ChunkKey],
+    ) -> Result<Sealed, PutError> {
+        if self.written != self.expected {
+            return Err(PutError::Length {
+                expected: self.expected,
+                found: self.written,
+            });
+        }
+        let r = self
+            .reservation
+            .take()
+            .expect("a session holds its reservation until sealed");
+        let sealed = self.node.with(|l| {
+            let s = l.store.seal_reserved(r, &ns, geometry, form)?;
+            let tier = l.store.handle(s.slot)?.tier;
+            let newly = !l.held.contains(&ns, &s.id);
+            if !l.held.insert(ns, s.id, s.slot) {
+                l.store.release(s.slot)?;
+            }
+            for k in chunk_keys {
+                l.chunks.record(&mut l.held, ns, *k, s.id);
+            }
+            if newly {
+                l.emit(EventKind::Stored {
+                    namespace: ns,
+                    tier,
+                    ids: vec![s.id],
+                    chunk_key: chunk_keys.first().copied(),
+                    block_tokens: geometry.block_tokens(),
+                });
+            }
+            Ok(Sealed {
+                id: s.id,
+                dedup: s.dedup,
+                bytes: s.bytes,
+                tier,
+            })
+        })?;
+        Ok(sealed)
+    }
+}
+
+impl Drop for PutSession<'_> {
+    fn drop(&mut self) {
+        // A plain lock: freeing arena room is cheap, and a future dropped while the runtime
+        // shuts down must not reach for `block_in_place`.
+        if let Some(r) = self.reservation.take() {
+            let cancelled = self
+                .node
+                .lock()
+                .and_then(|mut l| l.store.cancel(r).map_err(LocalError::from));
+            if let Err(e) = cancelled {
+                tracing::error!(error = %e, "cancelling a put's reservation failed");
+            }
+        }
+    }
+}

@@ -1,5 +1,0 @@
-//! Identities the node takes from the crates that define them: [`NodeId`] from the
-//! directory, [`ChunkKey`] from the store (one definition each).
-
-pub(crate) use kvfabric_directory::NodeId;
-pub(crate) use kvfabric_store::ChunkKey;

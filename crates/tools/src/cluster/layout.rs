@@ -1,0 +1,163 @@
+//! The files of a local cluster: where each lives and what each node's config says.
+//!
+//! Ports: each node gets three (HTTP over TCP, block transport and Raft over UDP), chosen by
+//! binding port 0 on loopback and releasing it, so that concurrent clusters (tests) do not
+//! collide on fixed ports.
+
+use std::fmt::Write as _;
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+/// Each node's host tier unless `--host-bytes` says otherwise (the node validates the value).
+pub const HOST_BYTES_DEFAULT: &str = "256 MiB";
+
+/// One node of the local cluster.
+#[derive(Debug, Clone)]
+pub struct NodeLayout {
+    /// Its id (1-based).
+    pub id: u64,
+    /// Its HTTP API.
+    pub http: SocketAddr,
+    /// Its block transport.
+    pub transport: SocketAddr,
+    /// Its Raft endpoint.
+    pub raft: SocketAddr,
+}
+
+impl NodeLayout {
+    /// `http://IP:PORT`.
+    pub fn api(&self) -> String {
+        format!("http://{}", self.http)
+    }
+}
+
+/// The config file of node `id` in `dir`.
+pub fn config_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("node{id}.toml"))
+}
+
+/// The pid file of node `id` in `dir`.
+pub fn pid_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("node{id}.pid"))
+}
+
+/// The log file of node `id` in `dir`.
+pub fn log_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("node{id}.log"))
+}
+
+fn free_tcp() -> anyhow::Result<SocketAddr> {
+    let l = TcpListener::bind("127.0.0.1:0").context("finding a free TCP port")?;
+    Ok(l.local_addr()?)
+}
+
+fn free_udp() -> anyhow::Result<SocketAddr> {
+    let s = UdpSocket::bind("127.0.0.1:0").context("finding a free UDP port")?;
+    Ok(s.local_addr()?)
+}
+
+/// Picks ports for `nodes` nodes.
+pub fn plan(nodes: u32) -> anyhow::Result<Vec<NodeLayout>> {
+    (1..=u64::from(nodes))
+        .map(|id| {
+            Ok(NodeLayout {
+                id,
+                http: free_tcp()?,
+                transport: free_udp()?,
+                raft: free_udp()?,
+            })
+        })
+        .collect()
+}
+
+/// The TOML config of `node` in a cluster of `all`, with data under `dir`.
+pub fn config_text(
+    dir: &Path,
+    node: &NodeLayout,
+    all: &[NodeLayout],
+    replication: Option<u32>,
+    host_bytes: &str,
+    cluster_set: &[(String, String)],
+) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# Written by `kvfabric cluster up`; node {} of {}.",
+        node.id,
+        all.len()
+    );
+    let _ = writeln!(
+        s,
+        "[node]\nid = {}\nhttp_listen = \"{}\"",
+        node.id, node.http
+    );
+    let _ = writeln!(
+        s,
+        "data_dir = {:?}\nlog_level = \"info\"\n",
+        dir.join(format!("node{}", node.id)).display().to_string()
+    );
+    let _ = writeln!(s, "[tiers]\nhost_bytes = {host_bytes:?}\n");
+    let _ = writeln!(s, "[tiers.disk]\nbytes = \"1 GiB\"\n");
+    let _ = writeln!(
+        s,
+        "[cluster]\ncerts_dir = {:?}",
+        dir.join("certs").display().to_string()
+    );
+    if let Some(r) = replication {
+        let _ = writeln!(s, "replication = {r}");
+    }
+    for (k, v) in cluster_set {
+        let _ = writeln!(s, "{k} = {v}");
+    }
+    let _ = writeln!(s);
+    for m in all {
+        let _ = writeln!(
+            s,
+            "[[cluster.members]]\nid = {}\napi = \"{}\"\ntransport = \"{}\"\nraft = \"{}\"\n",
+            m.id,
+            m.api(),
+            m.transport,
+            m.raft
+        );
+    }
+    s
+}
+
+/// Parses `--cluster-set KEY=VALUE`: a bare TOML key and a value that parses as TOML.
+pub fn parse_cluster_set(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected KEY=VALUE, found {s:?}"))?;
+    let (k, v) = (k.trim(), v.trim());
+    let bare = !k.is_empty()
+        && k.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !bare {
+        return Err(format!(
+            "expected a bare key (letters, digits, _ or -), found {k:?}"
+        ));
+    }
+    let doc = format!("{k} = {v}");
+    doc.parse::<toml::Table>()
+        .map_err(|e| format!("{k}: expected a TOML value, found {v:?} ({})", e.message()))?;
+    Ok((k.to_owned(), v.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cluster_set;
+
+    #[test]
+    fn cluster_set_takes_a_bare_key_and_a_toml_value() {
+        assert_eq!(
+            parse_cluster_set("lease_ms = 3000"),
+            Ok(("lease_ms".into(), "3000".into()))
+        );
+        assert!(parse_cluster_set("lease_ms").is_err());
+        assert!(parse_cluster_set("a.b=1").is_err());
+        assert!(parse_cluster_set("x=not a value").is_err());
+        assert!(parse_cluster_set("x=\"quoted\"").is_ok());
+    }
+}

@@ -1,0 +1,214 @@
+//! `kvfabric cluster up [--nodes N] [--dir DIR]`: certificates, configs, N node processes,
+//! a bounded wait for their readiness with progress, and each node's API address.
+//!
+//! Refuses a directory whose nodes are still running. On any failure it stops the nodes it
+//! started and names the node and the tail of its log.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+
+use super::{down, layout, procs, DIR_DEFAULT};
+
+/// Most nodes `up` starts.
+const NODES_MAX: u32 = 16;
+/// Lines of a failed node's log quoted in the error.
+const LOG_TAIL_LINES: usize = 5;
+/// Pause between readiness polls.
+const POLL_MS: u64 = 250;
+/// Bound on one readiness request.
+const PROBE_TIMEOUT_MS: u64 = 1_000;
+
+/// Arguments of `kvfabric cluster up`.
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Nodes to start.
+    #[arg(long, default_value_t = 3)]
+    nodes: u32,
+    /// Directory for certificates, configs, data, logs and pid files.
+    #[arg(long, default_value = DIR_DEFAULT)]
+    dir: PathBuf,
+    /// Seconds to wait for every node to be ready.
+    #[arg(long, default_value_t = 120)]
+    timeout_s: u64,
+    /// Copies a put waits for (default: 2 with two or more nodes, 1 alone).
+    #[arg(long)]
+    replication: Option<u32>,
+    /// Each node's host RAM tier (blocks beyond it demote to the disk tier).
+    #[arg(long, default_value = layout::HOST_BYTES_DEFAULT)]
+    host_bytes: String,
+    /// An extra `[cluster]` key for every node, as `KEY=VALUE` with a TOML value (e.g.
+    /// `lease_ms=3000`); repeatable. The nodes validate it like any config key.
+    #[arg(long = "cluster-set", value_name = "KEY=VALUE", value_parser = layout::parse_cluster_set)]
+    cluster_set: Vec<(String, String)>,
+}
+
+/// Runs `kvfabric cluster up`.
+pub fn run(a: UpArgs) -> anyhow::Result<()> {
+    if a.nodes == 0 || a.nodes > NODES_MAX {
+        anyhow::bail!("--nodes: expected 1 to {NODES_MAX}, found {}", a.nodes);
+    }
+    std::fs::create_dir_all(&a.dir).with_context(|| format!("creating {}", a.dir.display()))?;
+    let dir = a
+        .dir
+        .canonicalize()
+        .with_context(|| format!("resolving {}", a.dir.display()))?;
+    for id in 1..=u64::from(NODES_MAX) {
+        if let Some(pid) = procs::read_pid(&layout::pid_path(&dir, id))? {
+            if procs::is_node(pid, &layout::config_path(&dir, id)) {
+                anyhow::bail!(
+                    "{}: node n{id} (pid {pid}) is still running; run `kvfabric cluster down --dir {}` first",
+                    dir.display(),
+                    dir.display()
+                );
+            }
+        }
+    }
+    kvfabric_transport::generate_cluster(&dir.join("certs"), a.nodes)
+        .context("generating certificates")?;
+    let nodes = layout::plan(a.nodes)?;
+    for n in &nodes {
+        let path = layout::config_path(&dir, n.id);
+        std::fs::write(
+            &path,
+            layout::config_text(
+                &dir,
+                n,
+                &nodes,
+                a.replication,
+                &a.host_bytes,
+                &a.cluster_set,
+            ),
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
+    }
+    println!("starting {} nodes in {}", nodes.len(), dir.display());
+    let mut children = Vec::new();
+    for n in &nodes {
+        match spawn(&dir, n.id) {
+            Ok(c) => children.push((n.id, c)),
+            Err(e) => {
+                let _ = down::stop_all(&dir, Duration::from_secs(5));
+                return Err(e);
+            }
+        }
+    }
+    if let Err(e) = wait_ready(
+        &dir,
+        &nodes,
+        &mut children,
+        Duration::from_secs(a.timeout_s),
+    ) {
+        let _ = down::stop_all(&dir, Duration::from_secs(5));
+        return Err(e);
+    }
+    for n in &nodes {
+        println!("n{} {}", n.id, n.api());
+    }
+    println!(
+        "ready; stop with `kvfabric cluster down --dir {}`",
+        dir.display()
+    );
+    Ok(())
+}
+
+/// Starts node `id` in its own process group (so a Ctrl-C of `up` does not reach it), with
+/// its output in its log file, and writes its pid file.
+fn spawn(dir: &Path, id: u64) -> anyhow::Result<Child> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("locating the kvfabric binary")?;
+    let log_path = layout::log_path(dir, id);
+    let log = std::fs::File::create(&log_path)
+        .with_context(|| format!("creating {}", log_path.display()))?;
+    let child = Command::new(exe)
+        .arg("node")
+        .arg("--config")
+        .arg(layout::config_path(dir, id))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("starting node n{id}"))?;
+    let pid_path = layout::pid_path(dir, id);
+    std::fs::write(&pid_path, format!("{}\n", child.id()))
+        .with_context(|| format!("writing {}", pid_path.display()))?;
+    Ok(child)
+}
+
+fn log_tail(dir: &Path, id: u64) -> String {
+    let text = std::fs::read_to_string(layout::log_path(dir, id)).unwrap_or_default();
+    let lines: Vec<_> = text.lines().collect();
+    lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join(" | ")
+}
+
+fn probe(agent: &ureq::Agent, api: &str) -> bool {
+    agent
+        .get(format!("{api}/readyz"))
+        .call()
+        .is_ok_and(|r| r.status() == 200)
+}
+
+/// Polls every node's `/readyz` until all answer 200, printing each one as it becomes ready;
+/// fails when a node exits or `limit` passes.
+fn wait_ready(
+    dir: &Path,
+    nodes: &[layout::NodeLayout],
+    children: &mut [(u64, Child)],
+    limit: Duration,
+) -> anyhow::Result<()> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_millis(PROBE_TIMEOUT_MS)))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let start = Instant::now();
+    let mut ready = vec![false; nodes.len()];
+    loop {
+        for (i, n) in nodes.iter().enumerate() {
+            if ready[i] {
+                continue;
+            }
+            if let Some((_, child)) = children.iter_mut().find(|(id, _)| *id == n.id) {
+                if let Ok(Some(status)) = child.try_wait() {
+                    anyhow::bail!(
+                        "node n{} exited ({status}) before it was ready; its log ends: {}",
+                        n.id,
+                        log_tail(dir, n.id)
+                    );
+                }
+            }
+            if probe(&agent, &n.api()) {
+                ready[i] = true;
+                println!(
+                    "n{} ready at {} ({} of {}, {:.1} s)",
+                    n.id,
+                    n.api(),
+                    ready.iter().filter(|r| **r).count(),
+                    nodes.len(),
+                    start.elapsed().as_secs_f64()
+                );
+            }
+        }
+        if ready.iter().all(|r| *r) {
+            return Ok(());
+        }
+        if start.elapsed() >= limit {
+            let waiting: Vec<_> = nodes
+                .iter()
+                .zip(&ready)
+                .filter(|(_, r)| !**r)
+                .map(|(n, _)| format!("n{}", n.id))
+                .collect();
+            anyhow::bail!(
+                "not ready within {} s: {}",
+                limit.as_secs(),
+                waiting.join(", ")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(POLL_MS));
+    }
+}
