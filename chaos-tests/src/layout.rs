@@ -7,37 +7,20 @@
 //! `i` listens on its own address and is advertised at the bridge, where the relays run.
 //! Clients reach the HTTP API directly.
 
-use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use kvfabric_test_support::config::{
+    ClusterSection, DiskSection, MemberSection, ModelsSection, NodeConfigFile,
+};
 
-/// The tiny MLA model the workload stores: 2 layers × 64 tokens × (16 + 8) dims × 2 B = 6144
-/// payload bytes per block, so a run moves many blocks on two cores.
-pub const MODEL_NAME: &str = "tiny-mla";
-/// The model's preset file.
-pub const MODEL_TOML: &str = r#"
-[model]
-name = "tiny-mla"
-kind = "mla"
-layers = 2
-query_heads = 4
-[mla]
-kv_lora_rank = 16
-rope_dim = 8
-mha_head_dim = 16
-[precision]
-c_kv = "bf16"
-k_rope = "bf16"
-[rope]
-convention = "interleaved"
-theta = 10000.0
-"#;
-/// Tokens per block of the model.
-pub const MODEL_TOKENS: u32 = 64;
-/// Payload bytes per block of the model.
-pub const PAYLOAD_BYTES: usize = 6144;
+/// The tiny MLA model the workload stores (the shared test preset): 6,144 payload bytes per
+/// block, so a run moves many blocks on two cores.
+pub use kvfabric_test_support::presets::{
+    TINY_NAME as MODEL_NAME, TINY_PAYLOAD_BYTES as PAYLOAD_BYTES, TINY_TOKENS as MODEL_TOKENS,
+    TINY_TOML as MODEL_TOML,
+};
 
 /// Run-wide node settings.
 #[derive(Debug, Clone, Copy)]
@@ -183,50 +166,42 @@ pub fn plan(dir: &Path, nodes: u32, addressing: Addressing) -> anyhow::Result<Ve
 /// The TOML config of `node` in a cluster of `all`; certificates in `dir/certs`, the model in
 /// `dir/models`.
 pub fn config_text(dir: &Path, node: &NodeLayout, all: &[NodeLayout], s: NodeSettings) -> String {
-    let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "# Written by kvfabric-chaos; node {} of {}.",
+    let mut c = NodeConfigFile::new(
+        node.id,
+        &node.http.to_string(),
+        node.data_dir.clone(),
+        "256 KiB".into(),
+    );
+    c.node.log_level = Some("info".into());
+    c.tiers.disk = Some(DiskSection {
+        bytes: "512 MiB".into(),
+        sync: None,
+    });
+    c.models = Some(ModelsSection {
+        dir: dir.join("models"),
+    });
+    c.cluster = Some(ClusterSection {
+        certs_dir: dir.join("certs"),
+        transport_listen: Some(node.transport_listen),
+        raft_listen: Some(node.raft_listen),
+        replication: Some(s.replication),
+        lease_ms: Some(s.lease_ms),
+        extra: Default::default(),
+        members: all
+            .iter()
+            .map(|m| MemberSection {
+                id: m.id,
+                api: m.api(),
+                transport: m.transport,
+                raft: m.raft,
+            })
+            .collect(),
+    });
+    c.to_toml(&format!(
+        "Written by kvfabric-chaos; node {} of {}.",
         node.id,
         all.len()
-    );
-    let _ = writeln!(
-        t,
-        "[node]\nid = {}\nhttp_listen = \"{}\"\ndata_dir = {:?}\nlog_level = \"info\"\n",
-        node.id,
-        node.http,
-        node.data_dir.display().to_string()
-    );
-    let _ = writeln!(
-        t,
-        "[tiers]\nhost_bytes = \"256 KiB\"\n\n[tiers.disk]\nbytes = \"512 MiB\"\n"
-    );
-    let _ = writeln!(
-        t,
-        "[models]\ndir = {:?}\n",
-        dir.join("models").display().to_string()
-    );
-    let _ = writeln!(
-        t,
-        "[cluster]\ncerts_dir = {:?}\ntransport_listen = \"{}\"\nraft_listen = \"{}\"\n\
-         replication = {}\nlease_ms = {}\n",
-        dir.join("certs").display().to_string(),
-        node.transport_listen,
-        node.raft_listen,
-        s.replication,
-        s.lease_ms
-    );
-    for m in all {
-        let _ = writeln!(
-            t,
-            "[[cluster.members]]\nid = {}\napi = \"{}\"\ntransport = \"{}\"\nraft = \"{}\"\n",
-            m.id,
-            m.api(),
-            m.transport,
-            m.raft
-        );
-    }
-    t
+    ))
 }
 
 #[cfg(test)]
@@ -252,7 +227,11 @@ mod tests {
                 lease_ms: 4000,
             },
         );
-        assert!(text.contains("id = 2\nhttp_listen"));
-        assert!(text.contains(&format!("raft_listen = \"{}\"", l[1].raft_listen)));
+        let back: toml::Table = toml::from_str(&text).unwrap();
+        assert_eq!(back["node"]["id"].as_integer(), Some(2));
+        assert_eq!(
+            back["cluster"]["raft_listen"].as_str(),
+            Some(l[1].raft_listen.to_string().as_str())
+        );
     }
 }

@@ -4,8 +4,10 @@
 //! delete, lookup, route) and views ([`fabric`]); the local side — the tiered store with what
 //! this node holds and the chunk keys put on it ([`local`]); the node's KV event log
 //! ([`events`]); the cluster side — membership and leases, replication, cross-node gets,
-//! re-replication, tier sync, the control protocol and the Raft network ([`cluster`]); the
-//! pure scoring of routes and the measured bandwidths it prices with ([`route`]); the model
+//! re-replication, tier sync, the control protocol, the Raft network and the measured
+//! bandwidths ([`cluster`]: async drivers); the decisions they act on as pure functions of
+//! `now` and state — liveness, replica placement, owner ranking, repair plans, route scores
+//! ([`decide`]); the model
 //! catalog ([`presets`]); the validated configuration it runs with ([`config`]); and its
 //! error ([`error`]).
 //!
@@ -16,13 +18,13 @@
 
 pub mod cluster;
 pub mod config;
+pub mod decide;
 pub mod error;
 pub mod events;
 pub mod fabric;
 pub mod ids;
 pub mod local;
 pub mod presets;
-pub mod route;
 
 pub use error::FabricError;
 pub use fabric::{Fabric, FabricParts};

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{builtin, payload, tiny, Options, TestNode, TOKEN_A, TOKEN_B, TOKEN_DOCS};
+use common::{builtin, payload, tiny, Options, TOKEN_A, TOKEN_B, TOKEN_DOCS};
 use kvfabric_store::rope::{rotate_block, Direction};
 
 fn blocks(id: &str) -> String {
@@ -11,7 +11,7 @@ fn blocks(id: &str) -> String {
 
 #[test]
 fn put_get_head_delete_round_trip() {
-    let node = TestNode::start(Options::default());
+    let node = common::kvfabric().node(Options::default());
     let g = tiny();
     let p = payload(&g, 1);
     let r = node.put(Some(TOKEN_A), &g, &p, &[]);
@@ -70,7 +70,7 @@ fn put_get_head_delete_round_trip() {
 
 #[test]
 fn rotated_puts_read_back_at_any_position_as_the_store_rotates() {
-    let node = TestNode::start(Options::default());
+    let node = common::kvfabric().node(Options::default());
     let g = tiny();
     let layout = g.block_layout();
     let canonical = payload(&g, 2);
@@ -109,7 +109,7 @@ fn rotated_puts_read_back_at_any_position_as_the_store_rotates() {
 
 #[test]
 fn another_tenants_block_is_indistinguishable_from_an_absent_one() {
-    let node = TestNode::start(Options::default());
+    let node = common::kvfabric().node(Options::default());
     let g = tiny();
     let key = "5a".repeat(32);
     let theirs = node
@@ -169,7 +169,7 @@ fn another_tenants_block_is_indistinguishable_from_an_absent_one() {
 
 #[test]
 fn shared_namespaces_are_readable_by_every_token_and_writable_by_theirs() {
-    let node = TestNode::start(Options::default());
+    let node = common::kvfabric().node(Options::default());
     let g = tiny();
     let doc = node.put(Some(TOKEN_DOCS), &g, &payload(&g, 4), &[]).block();
     for t in [TOKEN_A, TOKEN_B, TOKEN_DOCS] {
@@ -199,7 +199,7 @@ fn shared_namespaces_are_readable_by_every_token_and_writable_by_theirs() {
 
 #[test]
 fn missing_or_wrong_tokens_are_401() {
-    let node = TestNode::start(Options::default());
+    let node = common::kvfabric().node(Options::default());
     let g = tiny();
     let p = payload(&g, 7);
     let id = "ab".repeat(32);
@@ -228,7 +228,7 @@ fn missing_or_wrong_tokens_are_401() {
 
 #[test]
 fn bad_put_input_is_a_json_4xx_and_the_node_keeps_serving() {
-    let node = TestNode::start(Options::default());
+    let node = common::kvfabric().node(Options::default());
     let g = tiny();
     let p = payload(&g, 9);
     let t = Some(TOKEN_A);
@@ -307,7 +307,7 @@ fn bad_put_input_is_a_json_4xx_and_the_node_keeps_serving() {
 
 #[test]
 fn malformed_ids_and_queries_are_400() {
-    let node = TestNode::start(Options::default());
+    let node = common::kvfabric().node(Options::default());
     let t = Some(TOKEN_A);
     for bad in [
         "xyz",
@@ -344,8 +344,12 @@ fn malformed_ids_and_queries_are_400() {
 #[test]
 fn oversized_bodies_are_413_without_being_read() {
     let small = tiny().block_layout().payload_len + 64;
-    let node = TestNode::start(Options {
-        limits: format!("max_body_bytes = {small}\nmax_lookup_keys = 4"),
+    let node = common::kvfabric().node(Options {
+        limits: common::LimitsSection {
+            max_body_bytes: Some(small.into()),
+            max_lookup_keys: Some(4),
+            ..Default::default()
+        },
         ..Options::default()
     });
     let answer = node.raw(&format!(
@@ -384,8 +388,11 @@ fn oversized_bodies_are_413_without_being_read() {
 
 #[test]
 fn lookups_answer_from_the_chunk_keys_put_here() {
-    let node = TestNode::start(Options {
-        limits: "max_lookup_keys = 3".into(),
+    let node = common::kvfabric().node(Options {
+        limits: common::LimitsSection {
+            max_lookup_keys: Some(3),
+            ..Default::default()
+        },
         ..Options::default()
     });
     let g = tiny();
@@ -437,7 +444,7 @@ fn lookups_answer_from_the_chunk_keys_put_here() {
 
 #[test]
 fn models_and_cluster_describe_the_node() {
-    let node = TestNode::start(Options::default());
+    let node = common::kvfabric().node(Options::default());
     let v = node.get(Some(TOKEN_A), "/v1/models", &[]).json();
     let models = v["models"].as_array().unwrap();
     let tiny = models.iter().find(|m| m["name"] == "tiny-mla").unwrap();
@@ -476,7 +483,7 @@ fn metrics_count_what_happened() {
     let g = tiny();
     let block = g.block_layout().payload_len + 64;
     // Room for two blocks in RAM: the third put demotes one to disk.
-    let node = TestNode::start(Options {
+    let node = common::kvfabric().node(Options {
         host_bytes: 2 * block,
         ..Options::default()
     });
@@ -529,7 +536,7 @@ fn metrics_count_what_happened() {
 
 #[test]
 fn a_deepseek_v3_block_round_trips_at_a_position() {
-    let node = TestNode::start(Options::default());
+    let node = common::kvfabric().node(Options::default());
     let g = builtin("deepseek-v3");
     let layout = g.block_layout();
     let p = payload(&g, 30);
@@ -552,7 +559,7 @@ fn a_deepseek_v3_block_round_trips_at_a_position() {
 
 #[test]
 fn an_open_node_needs_no_token() {
-    let node = TestNode::start(Options {
+    let node = common::kvfabric().node(Options {
         tenants: false,
         ..Options::default()
     });

@@ -5,7 +5,7 @@ mod common;
 
 use std::process::{Command, Output};
 
-use common::{payload, tiny, Options, TestNode, TOKEN_A};
+use common::{payload, tiny, Options, TOKEN_A};
 
 fn kvfabric(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kvfabric"))
@@ -56,7 +56,7 @@ fn models_lists_presets_with_their_geometry() {
 
 #[test]
 fn put_get_lookup_status_round_trip_through_the_cli() {
-    let node = TestNode::start(Options::default());
+    let node = common::kvfabric().node(Options::default());
     let g = tiny();
     let p = payload(&g, 60);
     let file = node.dir.path().join("block.bin");
@@ -108,7 +108,7 @@ fn put_get_lookup_status_round_trip_through_the_cli() {
 
 #[test]
 fn client_failures_exit_non_zero_with_one_line() {
-    let node = TestNode::start(Options::default());
+    let node = common::kvfabric().node(Options::default());
     let absent = "00".repeat(32);
     let o = kvfabric(&["get", "--node", &node.url, "--token", TOKEN_A, &absent]);
     assert_eq!(o.status.code(), Some(1));

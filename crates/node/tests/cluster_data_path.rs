@@ -10,7 +10,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use cluster_harness::{init_tracing, Cluster};
+use cluster_harness::init_tracing;
 use common::{builtin, payload};
 
 const MODEL: &str = "deepseek-v2-lite";
@@ -28,7 +28,7 @@ fn a_put_is_replicated_and_a_get_elsewhere_fetches_verifies_and_registers() {
     init_tracing();
     let g = builtin(MODEL);
     tracing::info!("phase 1: three nodes, replication 2 (the default)");
-    let mut cluster = Cluster::up(3);
+    let mut cluster = cluster_harness::kvfabric().cluster(3);
     cluster.agreed_leader(&[1, 2, 3]);
 
     tracing::info!("phase 2: a put on n1 reports two verified replicas");
@@ -130,7 +130,7 @@ fn short_of_replicas_is_a_typed_503_and_dead_owners_are_a_bounded_404() {
     init_tracing();
     let g = builtin(MODEL);
     tracing::info!("phase 1: three nodes asked for three copies");
-    let mut cluster = Cluster::up_with(3, &["--replication", "3"]);
+    let mut cluster = cluster_harness::kvfabric().cluster_with(3, &["--replication", "3"]);
     cluster.agreed_leader(&[1, 2, 3]);
     let bytes = payload(&g, 21);
     let r = cluster.put_block(1, &g, &bytes, &[]);

@@ -4,13 +4,13 @@
 
 mod cluster_harness;
 
-use cluster_harness::{init_tracing, Cluster};
+use cluster_harness::init_tracing;
 
 #[test]
 fn a_killed_leader_is_replaced_and_a_restarted_node_rejoins_with_a_new_epoch() {
     init_tracing();
     tracing::info!("phase 1: three nodes up, one leader");
-    let mut cluster = Cluster::up(3);
+    let mut cluster = cluster_harness::kvfabric().cluster(3);
     let (leader, term) = cluster.agreed_leader(&[1, 2, 3]);
     let old: u64 = leader.trim_start_matches('n').parse().expect("leader id");
     let old_epoch = cluster

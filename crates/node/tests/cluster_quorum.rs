@@ -30,7 +30,7 @@ fn signal(cluster: &Cluster, id: u64, sig: i32) {
 fn an_isolated_member_cannot_commit_and_commits_again_once_the_others_return() {
     init_tracing();
     let g = builtin(MODEL);
-    let mut cluster = Cluster::up_with(3, &["--replication", "1"]);
+    let mut cluster = cluster_harness::kvfabric().cluster_with(3, &["--replication", "1"]);
     cluster.agreed_leader(&[1, 2, 3]);
 
     tracing::info!("phase 1: n2 and n3 stopped: n1 alone is a minority");
@@ -74,7 +74,8 @@ fn committed_entries_survive_a_kill_of_every_member() {
     let g = builtin(MODEL);
     // One copy per block: after the restart only each block's own node can vouch for it. A
     // host tier of one block: each node's third put pushes its first two to disk.
-    let mut cluster = Cluster::up_with(3, &["--replication", "1", "--host-bytes", "3 MiB"]);
+    let mut cluster = cluster_harness::kvfabric()
+        .cluster_with(3, &["--replication", "1", "--host-bytes", "3 MiB"]);
     cluster.agreed_leader(&[1, 2, 3]);
 
     tracing::info!("phase 1: six blocks with chunk keys, two per node, on disk, committed");

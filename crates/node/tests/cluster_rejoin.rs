@@ -4,7 +4,7 @@
 mod cluster_harness;
 mod common;
 
-use cluster_harness::{init_tracing, Cluster};
+use cluster_harness::init_tracing;
 use common::{builtin, payload};
 
 #[test]
@@ -12,7 +12,7 @@ fn a_restarted_node_registers_its_recovered_blocks_under_its_new_epoch() {
     init_tracing();
     let g = builtin("deepseek-v2-lite");
     tracing::info!("phase 1: three nodes whose host tier holds one block");
-    let mut cluster = Cluster::up_with(3, &["--host-bytes", "3 MiB"]);
+    let mut cluster = cluster_harness::kvfabric().cluster_with(3, &["--host-bytes", "3 MiB"]);
     cluster.agreed_leader(&[1, 2, 3]);
 
     tracing::info!("phase 2: three puts on n1 push the first block to its disk tier");

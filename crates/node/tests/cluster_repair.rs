@@ -25,7 +25,7 @@ fn a_block_that_lost_a_holder_is_copied_to_another_node() {
     init_tracing();
     let g = builtin(MODEL);
     tracing::info!("phase 1: three nodes, short leases, frequent repair passes");
-    let mut cluster = Cluster::up_with(
+    let mut cluster = cluster_harness::kvfabric().cluster_with(
         3,
         &[
             "--cluster-set",

@@ -30,7 +30,8 @@ fn n1_tiers(cluster: &Cluster, key: &str) -> serde_json::Value {
 fn a_demoted_block_is_recorded_in_its_new_tier() {
     init_tracing();
     let g = builtin(MODEL);
-    let mut cluster = Cluster::up_with(3, &["--replication", "1", "--host-bytes", "3 MiB"]);
+    let mut cluster = cluster_harness::kvfabric()
+        .cluster_with(3, &["--replication", "1", "--host-bytes", "3 MiB"]);
     cluster.agreed_leader(&[1, 2, 3]);
     let key = blake3::hash(b"tier-sync").to_hex().to_string();
 

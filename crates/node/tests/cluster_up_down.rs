@@ -3,13 +3,13 @@
 
 mod cluster_harness;
 
-use cluster_harness::{alive, init_tracing, Cluster};
+use cluster_harness::{alive, init_tracing};
 
 #[test]
 fn three_nodes_agree_on_one_leader_and_down_leaves_no_process() {
     init_tracing();
     tracing::info!("phase 1: cluster up with three nodes");
-    let mut cluster = Cluster::up(3);
+    let mut cluster = cluster_harness::kvfabric().cluster(3);
     let pids: Vec<i32> = (1..=3).map(|i| cluster.pid(i)).collect();
     assert!(pids.iter().all(|p| alive(*p)), "every node process runs");
     assert!(

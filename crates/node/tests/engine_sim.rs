@@ -26,7 +26,7 @@ fn engine(node: &TestNode) -> Server {
 
 #[test]
 fn engine_sim_reuses_blocks_by_prefix_and_by_position_independent_key() {
-    let node = TestNode::start(Options {
+    let node = common::kvfabric().node(Options {
         tenants: false,
         ..Options::default()
     });
@@ -91,7 +91,7 @@ fn engine_sim_reuses_blocks_by_prefix_and_by_position_independent_key() {
 
 #[test]
 fn engine_sim_refuses_bad_input_with_json_errors() {
-    let node = TestNode::start(Options {
+    let node = common::kvfabric().node(Options {
         tenants: false,
         ..Options::default()
     });

@@ -22,7 +22,7 @@ fn open(
 
 #[test]
 fn the_stream_shows_stored_and_removed_with_node_and_tier_and_gap_free_seqs() {
-    let node = TestNode::start(Options {
+    let node = common::kvfabric().node(Options {
         tenants: false,
         ..Options::default()
     });
@@ -81,7 +81,7 @@ fn the_stream_shows_stored_and_removed_with_node_and_tier_and_gap_free_seqs() {
 #[test]
 fn a_demotion_is_removed_from_one_tier_and_stored_in_the_next() {
     let g = tiny();
-    let node = TestNode::start(Options {
+    let node = common::kvfabric().node(Options {
         host_bytes: g.block_layout().payload_len + 64,
         disk_bytes: Some(16 << 20),
         tenants: false,
@@ -118,7 +118,7 @@ fn a_demotion_is_removed_from_one_tier_and_stored_in_the_next() {
 
 #[test]
 fn replay_from_since_and_last_event_id_and_refusals() {
-    let node = TestNode::start(with_events(
+    let node = common::kvfabric().node(with_events(
         Options {
             tenants: false,
             ..Options::default()
@@ -205,7 +205,7 @@ fn replay_from_since_and_last_event_id_and_refusals() {
 
 #[test]
 fn a_tenant_sees_only_namespaces_it_may_read_and_streams_are_bounded() {
-    let node = TestNode::start(with_events(Options::default(), "max_sse_subscribers = 2"));
+    let node = common::kvfabric().node(with_events(Options::default(), "max_sse_subscribers = 2"));
     let (status, body) = open(&node, None, "", &[]).err().unwrap();
     assert_eq!(
         (status, body["error"]["code"].as_str()),

@@ -6,7 +6,7 @@ mod cluster_harness;
 mod common;
 mod events_client;
 
-use cluster_harness::{init_tracing, Cluster};
+use cluster_harness::init_tracing;
 use common::{builtin, payload};
 use events_client::{blocks, open};
 
@@ -15,7 +15,7 @@ fn remote_installs_are_stored_events_and_an_expired_member_is_node_down() {
     init_tracing();
     let g = builtin("deepseek-v2-lite");
     tracing::info!("phase 1: three nodes, replication 1 (only the putting node holds a block)");
-    let cluster = Cluster::up_with(3, &["--replication", "1"]);
+    let cluster = cluster_harness::kvfabric().cluster_with(3, &["--replication", "1"]);
     cluster.agreed_leader(&[1, 2, 3]);
     let mut on2 = open(cluster.api(2), None, "?since=0", &[]).unwrap();
     let first = on2.next();

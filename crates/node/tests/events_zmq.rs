@@ -10,7 +10,7 @@ mod events_client;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use common::{tiny, Options, TestNode};
+use common::{tiny, Options};
 use events_client::node::{put, with_events, zmq_endpoint};
 use events_client::vllm::{decode, hex_bytes, replay, runtime, Consumer, KvEvent};
 use events_client::{blocks, open, EVENT_TIMEOUT};
@@ -20,7 +20,7 @@ const ZMQ_EVENTS: &str = "zmq_pub = \"tcp://127.0.0.1:0\"\nzmq_replay = \"tcp://
 
 #[test]
 fn a_zmq_consumer_decodes_published_batches_and_replays_through_the_router() {
-    let node = TestNode::start(with_events(
+    let node = common::kvfabric().node(with_events(
         Options {
             tenants: false,
             ..Options::default()
@@ -152,7 +152,7 @@ fn a_restarted_node_announces_a_new_epoch_and_consumers_rebuild_its_state() {
     let g = tiny();
     let block = g.block_layout().payload_len + 64;
     // One block of RAM: every put demotes the previous block to disk, which survives a kill.
-    let mut node = TestNode::start(with_events(
+    let mut node = common::kvfabric().node(with_events(
         Options {
             host_bytes: block,
             disk_bytes: Some(16 << 20),

@@ -43,8 +43,12 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 
 #[test]
 fn requests_beyond_the_inflight_limit_are_503_and_slow_bodies_408() {
-    let node = TestNode::start(Options {
-        limits: "max_inflight_requests = 1\nbody_read_timeout_ms = 3000".into(),
+    let node = common::kvfabric().node(Options {
+        limits: common::LimitsSection {
+            max_inflight_requests: Some(1),
+            body_read_timeout_ms: Some(3000),
+            ..Default::default()
+        },
         ..Options::default()
     });
     let mut slow = half_put(&node);
@@ -74,7 +78,7 @@ fn requests_beyond_the_inflight_limit_are_503_and_slow_bodies_408() {
 
 #[test]
 fn a_client_that_vanishes_mid_body_leaks_nothing() {
-    let node = TestNode::start(Options::default());
+    let node = common::kvfabric().node(Options::default());
     for _ in 0..3 {
         let s = half_put(&node);
         eventually("the put is under way", || host_used(&node) > 0.0);
@@ -91,7 +95,7 @@ fn a_client_that_vanishes_mid_body_leaks_nothing() {
 
 #[test]
 fn sigterm_stops_the_node_cleanly() {
-    let mut node = TestNode::start(Options::default());
+    let mut node = common::kvfabric().node(Options::default());
     node.assert_serving(73);
     let status = node.terminate();
     assert!(status.success(), "{status:?}");
@@ -100,7 +104,7 @@ fn sigterm_stops_the_node_cleanly() {
 
 #[test]
 fn a_second_node_on_the_same_data_dir_exits_with_the_reason() {
-    let node = TestNode::start(Options::default());
+    let node = common::kvfabric().node(Options::default());
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_kvfabric"))
         .args(["node", "--config", node.config_path().to_str().unwrap()])
         .output()

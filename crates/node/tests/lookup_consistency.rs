@@ -5,7 +5,7 @@
 mod cluster_harness;
 mod common;
 
-use cluster_harness::{init_tracing, Cluster};
+use cluster_harness::init_tracing;
 use common::{builtin, payload};
 
 const MODEL: &str = "deepseek-v2-lite";
@@ -14,7 +14,7 @@ const MODEL: &str = "deepseek-v2-lite";
 fn a_linearizable_lookup_sees_every_acknowledged_put_on_every_node() {
     init_tracing();
     let g = builtin(MODEL);
-    let cluster = Cluster::up(3);
+    let cluster = cluster_harness::kvfabric().cluster(3);
     cluster.agreed_leader(&[1, 2, 3]);
     for (i, writer) in [1u64, 2, 3].into_iter().enumerate() {
         let key = blake3::hash(&[i as u8, 7]).to_hex().to_string();

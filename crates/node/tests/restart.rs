@@ -7,13 +7,13 @@
 
 mod common;
 
-use common::{payload, tiny, Options, TestNode, TOKEN_A, TOKEN_B};
+use common::{payload, tiny, Options, TOKEN_A, TOKEN_B};
 
 #[test]
 fn a_killed_node_serves_what_it_had_on_disk() {
     let g = tiny();
     let block = g.block_layout().payload_len + 64;
-    let mut node = TestNode::start(Options {
+    let mut node = common::kvfabric().node(Options {
         host_bytes: block,
         disk_bytes: Some(16 << 20),
         ..Options::default()

@@ -41,8 +41,11 @@ fn only_node(v: &Value) -> &Value {
 
 #[test]
 fn a_standalone_node_scores_prefix_and_independent_hits_per_tenant() {
-    let node = TestNode::start(Options {
-        limits: "max_lookup_keys = 8".into(),
+    let node = common::kvfabric().node(Options {
+        limits: common::LimitsSection {
+            max_lookup_keys: Some(8),
+            ..Default::default()
+        },
         ..Options::default()
     });
     let g = tiny();

@@ -78,7 +78,8 @@ fn routes_rank_holders_count_tiers_price_misses_and_keep_tenants_apart() {
     init_tracing();
     let g = builtin(MODEL);
     tracing::info!("phase 1: three nodes, one copy per put, a host tier of one block");
-    let mut cluster = Cluster::up_with(3, &["--replication", "1", "--host-bytes", "3 MiB"]);
+    let mut cluster = cluster_harness::kvfabric()
+        .cluster_with(3, &["--replication", "1", "--host-bytes", "3 MiB"]);
     cluster.agreed_leader(&[1, 2, 3]);
     let (p1, i1) = keys(&g, 1, 1);
     let (p2, i2) = keys(&g, 2, 1);

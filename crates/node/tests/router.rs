@@ -10,7 +10,6 @@ mod cluster_harness;
 mod common;
 mod router_harness;
 
-use cluster_harness::Cluster;
 use common::{Options, TestNode};
 use kvfabric_store::ChunkMode;
 use router_harness::{chunks, dead_url, keys, Server};
@@ -23,7 +22,7 @@ fn router_forwards_by_score_and_moves_away_from_a_busy_backend() {
     cluster_harness::init_tracing();
     let model = "deepseek-v2-lite";
     let g = common::builtin(model);
-    let cluster = Cluster::up_with(3, &["--replication", "1"]);
+    let cluster = cluster_harness::kvfabric().cluster_with(3, &["--replication", "1"]);
     let engines: Vec<Server> = (1..=3)
         .map(|id| {
             Server::start(&[
@@ -149,7 +148,7 @@ fn single_node_router(backends: &[(&str, &str)], node: &TestNode) -> Server {
 
 #[test]
 fn router_fails_over_from_a_dead_backend_and_refuses_bad_input() {
-    let node = TestNode::start(Options {
+    let node = common::kvfabric().node(Options {
         tenants: false,
         ..Options::default()
     });
@@ -203,7 +202,7 @@ fn router_fails_over_from_a_dead_backend_and_refuses_bad_input() {
 
 #[test]
 fn requests_in_flight_move_the_next_request_to_an_idle_backend() {
-    let node = TestNode::start(Options {
+    let node = common::kvfabric().node(Options {
         tenants: false,
         ..Options::default()
     });

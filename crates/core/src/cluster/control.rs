@@ -63,7 +63,7 @@ pub enum ControlResponse {
         /// The bandwidths the member measured on its fetches from others (absent from a
         /// member that predates them).
         #[serde(default)]
-        inbound: Vec<crate::route::bandwidth::InboundLink>,
+        inbound: Vec<crate::cluster::bandwidth::InboundLink>,
     },
     /// The request was refused or failed.
     Refused {

@@ -15,6 +15,7 @@
 //! copies fell below the replication factor get new ones ([`repair`]); the store's tier moves
 //! keep owner records' tiers current ([`tier_sync`]).
 
+pub mod bandwidth;
 pub mod control;
 mod control_server;
 mod dev_certs;
@@ -117,7 +118,7 @@ pub(crate) struct Cluster {
     /// Tier moves recorded in the directory.
     pub(crate) tier_sync: tier_sync::TierSyncCounters,
     /// Measured node-to-node bandwidths (this node's and its peers' reports).
-    pub(crate) bandwidth: crate::route::bandwidth::BandwidthTable,
+    pub(crate) bandwidth: crate::cluster::bandwidth::BandwidthTable,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -225,7 +226,7 @@ impl Cluster {
             incarnation: Arc::new(Incarnation::default()),
             repair: repair::RepairCounters::default(),
             tier_sync: tier_sync::TierSyncCounters::default(),
-            bandwidth: crate::route::bandwidth::BandwidthTable::new(me),
+            bandwidth: crate::cluster::bandwidth::BandwidthTable::new(me),
             tasks: std::sync::Mutex::new(Vec::new()),
         });
         let handler = control_server::ControlServer::new(Arc::downgrade(&cluster), local);

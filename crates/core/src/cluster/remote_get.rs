@@ -19,6 +19,7 @@ use kvfabric_store::{BlockId, NamespaceKey, Tier, VerifiedBlock};
 use kvfabric_transport::PeerAddr;
 
 use super::Cluster;
+use crate::decide::owners::rank_owners;
 use crate::ids::NodeId;
 
 /// Bound on one remote get (every owner and namespace tried).
@@ -41,20 +42,9 @@ impl Cluster {
     fn live_owners(&self, id: &BlockId) -> Vec<(PeerAddr, NodeId)> {
         let owners = self.directory.view().read(|s| s.owners(id));
         let now_ms = self.clock.now_ms();
-        let mut best: Vec<(Tier, NodeId)> = Vec::new();
-        for o in owners {
-            let node = NodeId(o.node.0);
-            if node == self.me || !self.is_live(node, now_ms) {
-                continue;
-            }
-            match best.iter_mut().find(|(_, n)| *n == node) {
-                Some(b) => b.0 = b.0.min(o.tier),
-                None => best.push((o.tier, node)),
-            }
-        }
-        best.sort();
-        best.into_iter()
-            .filter_map(|(_, n)| {
+        rank_owners(self.me, &owners, |n| self.is_live(n, now_ms))
+            .into_iter()
+            .filter_map(|n| {
                 let m = self.config.member(n)?;
                 Some((PeerAddr::new(m.cert_name(), m.transport), n))
             })

@@ -1,9 +1,8 @@
 //! Replication of a put: the node that sealed a block asks `replication − 1` other members to
 //! take verified copies, and the put is acknowledged with the number of copies that exist.
 //!
-//! Peers are chosen deterministically among the members whose lease is current: ordered by a
-//! rendezvous score `blake3(block ‖ member id)`, so the same block goes to the same peers from
-//! any node and load spreads across members. A peer that fails is replaced by the next in
+//! Peers are chosen deterministically among the members whose lease is current, in the
+//! rendezvous order of [`crate::decide::placement`]. A peer that fails is replaced by the next in
 //! that order. Each peer (`control_server`, behind the control channel) fetches the block from
 //! the sealing node over the block transport (verified as it arrives), installs it,
 //! registers itself as an owner under its epoch, and only then answers. The whole wait is
@@ -18,6 +17,7 @@ use tokio::task::JoinSet;
 use super::control::{ControlRequest, ControlResponse};
 use super::Cluster;
 use crate::config::Member;
+use crate::decide::placement::replica_order;
 
 /// Bound on waiting for the copies of one put.
 pub(crate) const REPLICATE_TIMEOUT_MS: u64 = 15_000;
@@ -35,20 +35,11 @@ impl Cluster {
     /// The members other than this one whose lease is current, best peer for `id` first.
     fn replica_order(&self, id: &BlockId) -> Vec<Member> {
         let now_ms = self.clock.now_ms();
-        let mut peers: Vec<(blake3::Hash, Member)> = self
-            .config
-            .members
-            .iter()
-            .filter(|m| m.id != self.me && self.is_live(m.id, now_ms))
-            .map(|m| {
-                let mut h = blake3::Hasher::new();
-                h.update(&id.0);
-                h.update(&m.id.0.to_le_bytes());
-                (h.finalize(), m.clone())
-            })
-            .collect();
-        peers.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-        peers.into_iter().map(|(_, m)| m).collect()
+        let ids: Vec<_> = self.config.members.iter().map(|m| m.id).collect();
+        replica_order(id, self.me, &ids, |m| self.is_live(m, now_ms))
+            .into_iter()
+            .filter_map(|m| self.config.member(m).cloned())
+            .collect()
     }
 
     /// Asks peers for copies of `(ns, id)` until `replication − 1` answered with a verified,

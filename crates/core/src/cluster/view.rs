@@ -16,7 +16,7 @@ pub const PEER_USAGE_TIMEOUT_MS: u64 = 1_000;
 
 use std::sync::atomic::Ordering;
 
-use kvfabric_directory::{Liveness, NodeId as DirNodeId};
+use kvfabric_directory::NodeId as DirNodeId;
 use kvfabric_transport::CountersSnapshot;
 
 use super::Cluster;
@@ -102,10 +102,9 @@ pub struct ClusterMetrics {
 impl Cluster {
     /// Whether `id`'s lease is current in this node's replica at `now_ms`.
     pub(crate) fn is_live(&self, id: NodeId, now_ms: u64) -> bool {
-        self.directory.view().read(|s| {
-            s.node(DirNodeId(id.0))
-                .is_some_and(|r| r.liveness == Liveness::Live && r.lease_until_ms > now_ms)
-        })
+        self.directory
+            .view()
+            .read(|s| crate::decide::liveness::is_live(s.node(id).as_ref(), now_ms))
     }
 
     /// The tiers of the other live members, by id (those that answered in time); their

@@ -17,10 +17,10 @@ use kvfabric_directory::ReadConsistency;
 use kvfabric_store::{BlockId, NamespaceKey, Tier};
 
 use super::Fabric;
+use crate::decide::score::{self, ChunkHolders, ChunkSize, Link, Mode, NodeScore, Speeds};
 use crate::error::FabricError;
 use crate::ids::{ChunkKey, NodeId};
 use crate::presets::Model;
-use crate::route::score::{self, ChunkHolders, ChunkSize, Link, Mode, NodeScore, Speeds};
 
 /// What a route is asked about.
 #[derive(Debug, Clone)]

@@ -2,11 +2,11 @@
 //! tiers, leader, term, measured links), readiness, and the numbers behind the metrics.
 
 use super::Fabric;
+use crate::cluster::bandwidth::LinkView;
 use crate::cluster::view::{ClusterMetrics, NotReady};
 use crate::error::FabricError;
 use crate::ids::NodeId;
 use crate::local::Snapshot;
-use crate::route::bandwidth::LinkView;
 
 /// The Raft term a node reports before it has a directory.
 const TERM_STANDALONE: u64 = 0;

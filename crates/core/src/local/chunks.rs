@@ -15,18 +15,18 @@ use crate::ids::ChunkKey;
 
 /// The local chunk-key map.
 #[derive(Debug, Default)]
-pub struct ChunkIndex {
+pub(crate) struct ChunkIndex {
     map: HashMap<(NamespaceKey, ChunkKey), BlockId>,
 }
 
 impl ChunkIndex {
     /// The block `key` maps to in `ns`.
-    pub fn get(&self, ns: &NamespaceKey, key: &ChunkKey) -> Option<BlockId> {
+    pub(crate) fn get(&self, ns: &NamespaceKey, key: &ChunkKey) -> Option<BlockId> {
         self.map.get(&(*ns, *key)).copied()
     }
 
     /// Maps `key` to `id` (which `held` must hold in `ns`); the latest put of a key wins.
-    pub fn record(&mut self, held: &mut Held, ns: NamespaceKey, key: ChunkKey, id: BlockId) {
+    pub(crate) fn record(&mut self, held: &mut Held, ns: NamespaceKey, key: ChunkKey, id: BlockId) {
         match self.map.insert((ns, key), id) {
             Some(old) if old == id => return,
             Some(old) => {
@@ -49,14 +49,14 @@ impl ChunkIndex {
     }
 
     /// Drops the keys of a block that is no longer held.
-    pub fn forget(&mut self, ns: &NamespaceKey, keys: &[ChunkKey]) {
+    pub(crate) fn forget(&mut self, ns: &NamespaceKey, keys: &[ChunkKey]) {
         for k in keys {
             self.map.remove(&(*ns, *k));
         }
     }
 
     /// Keys mapped.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
 }

@@ -16,38 +16,38 @@ pub(crate) const CHUNK_KEYS_PER_BLOCK_MAX: usize = 16;
 
 /// One held block.
 #[derive(Debug, Default)]
-pub struct HeldBlock {
+pub(crate) struct HeldBlock {
     /// Slots holding it (more than one only after a dedup collision), one reference each.
-    pub slots: Vec<SlotId>,
+    pub(crate) slots: Vec<SlotId>,
     /// Chunk keys recorded for it, oldest first, at most [`CHUNK_KEYS_PER_BLOCK_MAX`].
-    pub chunk_keys: Vec<ChunkKey>,
+    pub(crate) chunk_keys: Vec<ChunkKey>,
 }
 
 /// The held blocks of this node.
 #[derive(Debug, Default)]
-pub struct Held {
+pub(crate) struct Held {
     map: HashMap<(NamespaceKey, BlockId), HeldBlock>,
 }
 
 impl Held {
     /// Whether the node holds `id` in `ns`.
-    pub fn contains(&self, ns: &NamespaceKey, id: &BlockId) -> bool {
+    pub(crate) fn contains(&self, ns: &NamespaceKey, id: &BlockId) -> bool {
         self.map.contains_key(&(*ns, *id))
     }
 
     /// The held block, if any.
     #[cfg(test)]
-    pub fn get(&self, ns: &NamespaceKey, id: &BlockId) -> Option<&HeldBlock> {
+    pub(crate) fn get(&self, ns: &NamespaceKey, id: &BlockId) -> Option<&HeldBlock> {
         self.map.get(&(*ns, *id))
     }
 
     /// The held block, if any, for changing.
-    pub fn get_mut(&mut self, ns: &NamespaceKey, id: &BlockId) -> Option<&mut HeldBlock> {
+    pub(crate) fn get_mut(&mut self, ns: &NamespaceKey, id: &BlockId) -> Option<&mut HeldBlock> {
         self.map.get_mut(&(*ns, *id))
     }
 
     /// Records a slot; `false` if it was already held (the caller then owns a spare reference).
-    pub fn insert(&mut self, ns: NamespaceKey, id: BlockId, slot: SlotId) -> bool {
+    pub(crate) fn insert(&mut self, ns: NamespaceKey, id: BlockId, slot: SlotId) -> bool {
         let entry = self.map.entry((ns, id)).or_default();
         if entry.slots.contains(&slot) {
             return false;
@@ -57,26 +57,26 @@ impl Held {
     }
 
     /// Forgets a block, handing back its slots and chunk keys.
-    pub fn remove(&mut self, ns: &NamespaceKey, id: &BlockId) -> Option<HeldBlock> {
+    pub(crate) fn remove(&mut self, ns: &NamespaceKey, id: &BlockId) -> Option<HeldBlock> {
         self.map.remove(&(*ns, *id))
     }
 
     /// Every held block with its first slot.
-    pub fn first_slots(&self) -> impl Iterator<Item = (BlockId, SlotId)> + '_ {
+    pub(crate) fn first_slots(&self) -> impl Iterator<Item = (BlockId, SlotId)> + '_ {
         self.map
             .iter()
             .filter_map(|((_, id), b)| b.slots.first().map(|s| (*id, *s)))
     }
 
     /// Every held block with its namespace and first slot.
-    pub fn iter(&self) -> impl Iterator<Item = (NamespaceKey, BlockId, SlotId)> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (NamespaceKey, BlockId, SlotId)> + '_ {
         self.map
             .iter()
             .filter_map(|((ns, id), b)| b.slots.first().map(|s| (*ns, *id, *s)))
     }
 
     /// Blocks held.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
 }

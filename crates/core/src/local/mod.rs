@@ -24,9 +24,9 @@ use kvfabric_store::{
 };
 use tokio::sync::mpsc;
 
-pub use chunks::ChunkIndex;
-pub use held::Held;
-pub use put::{PutError, PutSession};
+pub(crate) use chunks::ChunkIndex;
+pub(crate) use held::Held;
+pub(crate) use put::{PutError, PutSession};
 
 use crate::events::{EventKind, EventLog};
 use crate::ids::ChunkKey;
@@ -79,19 +79,19 @@ pub struct Snapshot {
 }
 
 /// Everything behind the lock.
-pub struct Local {
+pub(crate) struct Local {
     /// The tiered store.
-    pub store: Store,
+    pub(crate) store: Store,
     /// What this node holds a reference on.
-    pub held: Held,
+    pub(crate) held: Held,
     /// Chunk keys put on this node.
-    pub chunks: ChunkIndex,
+    pub(crate) chunks: ChunkIndex,
     /// The node's event log, once attached: every change of what is held is published to it
     /// under this lock, so events are in the order of the changes.
-    pub events: Option<Arc<EventLog>>,
+    pub(crate) events: Option<Arc<EventLog>>,
     /// Where the tier moves of held blocks go besides the event log: the cluster side, which
     /// records them in the directory (set by [`LocalNode::watch_moves`]).
-    pub moves: Option<mpsc::UnboundedSender<TierMove>>,
+    pub(crate) moves: Option<mpsc::UnboundedSender<TierMove>>,
 }
 
 /// The local side of a node.
@@ -142,7 +142,7 @@ impl LocalNode {
     }
 
     /// Runs `f` under the lock, off the async workers' fast path (it may touch the disk).
-    pub fn with<R>(
+    pub(crate) fn with<R>(
         &self,
         f: impl FnOnce(&mut Local) -> Result<R, LocalError>,
     ) -> Result<R, LocalError> {
@@ -380,7 +380,7 @@ impl Local {
     }
 
     /// Publishes one event as its own batch (nothing before the log is attached).
-    pub fn emit(&self, event: EventKind) {
+    pub(crate) fn emit(&self, event: EventKind) {
         if let Some(log) = &self.events {
             log.publish(vec![event]);
         }

@@ -15,7 +15,7 @@ use crate::ids::ChunkKey;
 
 /// Why a put's body was refused.
 #[derive(Debug, thiserror::Error)]
-pub enum PutError {
+pub(crate) enum PutError {
     /// The body does not have the geometry's payload length.
     #[error("payload length: expected {expected} bytes, found {found}")]
     Length {
@@ -31,19 +31,19 @@ pub enum PutError {
 
 /// A sealed put, as the API reports it.
 #[derive(Debug, Clone, Copy)]
-pub struct Sealed {
+pub(crate) struct Sealed {
     /// Content id.
-    pub id: BlockId,
+    pub(crate) id: BlockId,
     /// What dedup decided.
-    pub dedup: Dedup,
+    pub(crate) dedup: Dedup,
     /// Stored bytes (header + payload).
-    pub bytes: ByteCount,
+    pub(crate) bytes: ByteCount,
     /// The tier it landed in.
-    pub tier: Tier,
+    pub(crate) tier: Tier,
 }
 
 /// One put in progress.
-pub struct PutSession<'a> {
+pub(crate) struct PutSession<'a> {
     node: &'a LocalNode,
     reservation: Option<Reservation>,
     expected: u64,
@@ -52,7 +52,7 @@ pub struct PutSession<'a> {
 
 impl<'a> PutSession<'a> {
     /// Reserves host-arena room for one block of `geometry`.
-    pub fn begin(
+    pub(crate) fn begin(
         node: &'a LocalNode,
         geometry: &ModelGeometry,
         payload_len: u64,
@@ -67,13 +67,13 @@ impl<'a> PutSession<'a> {
     }
 
     /// Bytes received so far.
-    pub fn written(&self) -> u64 {
+    pub(crate) fn written(&self) -> u64 {
         self.written
     }
 
     /// Copies the next piece of the body into the reservation. Refuses a piece that would run
     /// past the payload length, leaving the session as it was.
-    pub fn write(&mut self, piece: &[u8]) -> Result<(), PutError> {
+    pub(crate) fn write(&mut self, piece: &[u8]) -> Result<(), PutError> {
         let end = self.written + piece.len() as u64;
         if end > self.expected {
             return Err(PutError::Length {
@@ -97,7 +97,7 @@ impl<'a> PutSession<'a> {
     /// Seals the filled reservation under `ns`, holds the block (one reference per slot, the
     /// spare one of a dedup onto a held slot given back) and records each of `chunk_keys`
     /// (a prefix key, a position-independent key) for it.
-    pub fn seal(
+    pub(crate) fn seal(
         mut self,
         ns: NamespaceKey,
         geometry: &ModelGeometry,

@@ -328,3 +328,74 @@ fn cluster_mistakes_are_named_with_a_reason() {
     assert_eq!(k, "cluster.certs_dir");
     assert!(r.contains("ca.pem") && r.contains("kvfabric certs"), "{r}");
 }
+
+/// What the shared config writer (`kvfabric_test_support::config`, used by `cluster up`, the
+/// tests and the chaos harness) writes is what this parser reads, every section it can set.
+#[test]
+fn the_shared_config_writer_writes_what_the_node_reads() {
+    use kvfabric_test_support::config::{
+        ClusterSection, DiskSection, EventsSection, LimitsSection, MemberSection, NamespaceSection,
+        NodeConfigFile, RouteSection, TenantSection,
+    };
+    let mut c = NodeConfigFile::new(2, "127.0.0.1:0", "data".into(), "64 MiB".into());
+    c.node.log_level = Some("debug".into());
+    c.tiers.disk = Some(DiskSection {
+        bytes: (64u64 << 20).into(),
+        sync: Some("every_append".into()),
+    });
+    c.limits = Some(LimitsSection {
+        max_lookup_keys: Some(7),
+        ..LimitsSection::default()
+    });
+    c.namespaces = vec![NamespaceSection {
+        name: "a".into(),
+        shared: true,
+    }];
+    c.tenants = vec![TenantSection {
+        token: "a-token-of-sixteen-chars".into(),
+        namespace: "a".into(),
+    }];
+    c.events = Some(EventsSection {
+        ring_batches: Some(5),
+        ..EventsSection::default()
+    });
+    c.route = Some(RouteSection {
+        prefill_tokens_per_s: Some(1000.0),
+        ..RouteSection::default()
+    });
+    let member = |id: u64| MemberSection {
+        id,
+        api: format!("http://127.0.0.1:{}", 7100 + id),
+        transport: format!("127.0.0.1:{}", 7200 + id).parse().unwrap(),
+        raft: format!("127.0.0.1:{}", 7300 + id).parse().unwrap(),
+    };
+    let mut extra = std::collections::BTreeMap::new();
+    extra.insert("generate_dev_certs".to_owned(), toml::Value::Boolean(true));
+    extra.insert("repair_interval_ms".to_owned(), toml::Value::Integer(700));
+    c.cluster = Some(ClusterSection {
+        certs_dir: "certs".into(),
+        transport_listen: None,
+        raft_listen: None,
+        replication: Some(3),
+        lease_ms: Some(4000),
+        extra,
+        members: (1..=3).map(member).collect(),
+    });
+    let loaded = parse_str(&c.to_toml("round trip")).unwrap();
+    let n = loaded.config;
+    assert_eq!(n.node_id, NodeId(2));
+    assert_eq!(n.log_level, "debug");
+    assert_eq!(n.limits.max_lookup_keys, 7);
+    assert_eq!(n.events.ring_batches, 5);
+    assert_eq!(n.route.prefill_tokens_per_s, 1000.0);
+    assert_eq!(n.namespaces.len(), 1);
+    assert!(n.namespaces[0].shared);
+    let cluster = n.cluster.expect("[cluster]");
+    assert_eq!(cluster.replication, 3);
+    assert_eq!(cluster.directory.lease_ms, 4000);
+    assert_eq!(
+        cluster.repair_interval,
+        Some(std::time::Duration::from_millis(700))
+    );
+    assert_eq!(cluster.members.len(), 3);
+}

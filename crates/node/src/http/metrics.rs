@@ -351,7 +351,7 @@ impl Metrics {
     }
 
     /// Sets the measured links (cluster nodes only; called before [`Metrics::encode`]).
-    pub(crate) fn set_links(&self, links: &[kvfabric_core::route::bandwidth::LinkView]) {
+    pub(crate) fn set_links(&self, links: &[kvfabric_core::cluster::bandwidth::LinkView]) {
         for l in links {
             let labels = LinkLabels {
                 from: l.from.to_string(),

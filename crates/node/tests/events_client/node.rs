@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use crate::common::{payload, tiny, Options, TestNode};
 use crate::events_client::EVENT_TIMEOUT;
 
-/// Node options with an `[events]` section (appended after `[limits]`).
+/// Node options with an `[events]` section, given as its TOML lines.
 pub fn with_events(base: Options, events: &str) -> Options {
     Options {
-        limits: format!("{}\n\n[events]\n{events}", base.limits),
+        events: Some(toml::from_str(events).expect("an [events] section")),
         ..base
     }
 }

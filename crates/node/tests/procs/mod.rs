@@ -1,27 +1,4 @@
-//! Live processes seen through `/proc`, for the benches' "leaves nothing running" checks.
+//! Live processes seen through `/proc` (`kvfabric_test_support::harness::procs`).
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
-/// Pids of live (not zombie) processes whose command line (NUL-separated arguments) contains
-/// `pattern`.
-pub(crate) fn live_processes_matching(pattern: &[u8]) -> Vec<String> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if !name.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
-        let zombie = stat
-            .rsplit_once(')')
-            .and_then(|(_, r)| r.split_whitespace().next())
-            .is_none_or(|s| s == "Z" || s == "X");
-        if !zombie && cmdline.windows(pattern.len()).any(|w| w == pattern) {
-            found.push(name);
-        }
-    }
-    found
-}
+pub use kvfabric_test_support::harness::procs::*;

@@ -4,11 +4,11 @@
 //! binding port 0 on loopback and releasing it, so that concurrent clusters (tests) do not
 //! collide on fixed ports.
 
-use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use kvfabric_test_support::config::{ClusterSection, DiskSection, MemberSection, NodeConfigFile};
 
 /// Each node's host tier unless `--host-bytes` says otherwise (the node validates the value).
 pub const HOST_BYTES_DEFAULT: &str = "256 MiB";
@@ -72,57 +72,54 @@ pub fn plan(nodes: u32) -> anyhow::Result<Vec<NodeLayout>> {
         .collect()
 }
 
-/// The TOML config of `node` in a cluster of `all`, with data under `dir`.
-pub fn config_text(
+/// The config of `node` in a cluster of `all`, with data under `dir`; `cluster_set` adds
+/// `[cluster]` keys (each value already checked to parse as TOML).
+pub fn config(
     dir: &Path,
     node: &NodeLayout,
     all: &[NodeLayout],
     replication: Option<u32>,
     host_bytes: &str,
     cluster_set: &[(String, String)],
-) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "# Written by `kvfabric cluster up`; node {} of {}.",
-        node.id,
-        all.len()
-    );
-    let _ = writeln!(
-        s,
-        "[node]\nid = {}\nhttp_listen = \"{}\"",
-        node.id, node.http
-    );
-    let _ = writeln!(
-        s,
-        "data_dir = {:?}\nlog_level = \"info\"\n",
-        dir.join(format!("node{}", node.id)).display().to_string()
-    );
-    let _ = writeln!(s, "[tiers]\nhost_bytes = {host_bytes:?}\n");
-    let _ = writeln!(s, "[tiers.disk]\nbytes = \"1 GiB\"\n");
-    let _ = writeln!(
-        s,
-        "[cluster]\ncerts_dir = {:?}",
-        dir.join("certs").display().to_string()
-    );
-    if let Some(r) = replication {
-        let _ = writeln!(s, "replication = {r}");
-    }
-    for (k, v) in cluster_set {
-        let _ = writeln!(s, "{k} = {v}");
-    }
-    let _ = writeln!(s);
-    for m in all {
-        let _ = writeln!(
-            s,
-            "[[cluster.members]]\nid = {}\napi = \"{}\"\ntransport = \"{}\"\nraft = \"{}\"\n",
-            m.id,
-            m.api(),
-            m.transport,
-            m.raft
-        );
-    }
-    s
+) -> NodeConfigFile {
+    let data_dir = dir.join(format!("node{}", node.id));
+    let mut c = NodeConfigFile::new(node.id, &node.http.to_string(), data_dir, host_bytes.into());
+    c.node.log_level = Some("info".into());
+    c.tiers.disk = Some(DiskSection {
+        bytes: "1 GiB".into(),
+        sync: None,
+    });
+    let extra = cluster_set
+        .iter()
+        .map(|(k, v)| (k.clone(), toml_value(v)))
+        .collect();
+    c.cluster = Some(ClusterSection {
+        certs_dir: dir.join("certs"),
+        transport_listen: None,
+        raft_listen: None,
+        replication,
+        lease_ms: None,
+        extra,
+        members: all
+            .iter()
+            .map(|m| MemberSection {
+                id: m.id,
+                api: m.api(),
+                transport: m.transport,
+                raft: m.raft,
+            })
+            .collect(),
+    });
+    c
+}
+
+/// A TOML value as `--cluster-set` gave it (checked by [`parse_cluster_set`]).
+fn toml_value(v: &str) -> toml::Value {
+    format!("v = {v}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(v.to_owned()))
 }
 
 /// Parses `--cluster-set KEY=VALUE`: a bare TOML key and a value that parses as TOML.

@@ -74,14 +74,19 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
         let path = layout::config_path(&dir, n.id);
         std::fs::write(
             &path,
-            layout::config_text(
+            layout::config(
                 &dir,
                 n,
                 &nodes,
                 a.replication,
                 &a.host_bytes,
                 &a.cluster_set,
-            ),
+            )
+            .to_toml(&format!(
+                "Written by `kvfabric cluster up`; node {} of {}.",
+                n.id,
+                nodes.len()
+            )),
         )
         .with_context(|| format!("writing {}", path.display()))?;
     }
