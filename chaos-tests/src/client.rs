@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::layout::{MODEL_NAME, MODEL_TOKENS, PAYLOAD_BYTES};
+use crate::layout::{MODEL_NAME, MODEL_TOKENS};
 
 /// How one request ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,20 +55,10 @@ pub enum Outcome {
     },
 }
 
-/// Deterministic payload of block `seed`: bf16 values in [-4, 4), all finite.
+/// Deterministic payload of block `seed` of the run's model: bf16 values in [-4, 4), all
+/// finite (the shared test payloads).
 pub fn payload(seed: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(PAYLOAD_BYTES);
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    while out.len() < PAYLOAD_BYTES {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let v = ((x >> 40) as f32 / (1u64 << 24) as f32) * 8.0 - 4.0;
-        let bf16 = (v.to_bits() >> 16) as u16;
-        out.extend_from_slice(&bf16.to_le_bytes());
-    }
-    out.truncate(PAYLOAD_BYTES);
-    out
+    kvfabric_test_support::presets::payload(&kvfabric_test_support::presets::tiny(), seed)
 }
 
 /// A blocking HTTP client with a per-request bound.
@@ -256,6 +246,7 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::PAYLOAD_BYTES;
 
     #[test]
     fn payloads_are_deterministic_sized_and_finite() {
@@ -266,7 +257,7 @@ mod tests {
         for c in p.chunks(2) {
             let bits = u32::from(u16::from_le_bytes([c[0], c[1]])) << 16;
             let v = f32::from_bits(bits);
-            assert!(v.is_finite() && (-4.0..4.0).contains(&v));
+            assert!(v.is_finite() && (-4.0..=4.0).contains(&v));
         }
     }
 }

@@ -39,7 +39,7 @@ pub fn builtin(name: &str) -> ModelGeometry {
     kvfabric_store::geometry::preset::builtin_preset(name).expect("a built-in preset")
 }
 
-/// Deterministic bytes of one block of `g` that decode to finite bf16 values in [-4, 4).
+/// Deterministic bytes of one block of `g` that decode to finite bf16 values in [-4, 4].
 pub fn payload(g: &ModelGeometry, seed: u64) -> Vec<u8> {
     let len = g.block_layout().payload_len as usize;
     let mut out = Vec::with_capacity(len);

@@ -6,27 +6,7 @@ use kvfabric_store::{ByteCount, Dedup, ModelGeometry, NamespaceKey, PutForm, Sto
 
 use super::*;
 
-const TINY: &str = r#"
-[model]
-name = "tiny-mla"
-kind = "mla"
-layers = 2
-query_heads = 4
-[mla]
-kv_lora_rank = 16
-rope_dim = 8
-mha_head_dim = 16
-[precision]
-c_kv = "bf16"
-k_rope = "bf16"
-[rope]
-convention = "interleaved"
-theta = 10000.0
-"#;
-
-fn tiny() -> ModelGeometry {
-    ModelGeometry::from_toml("<test>/tiny.toml", TINY).unwrap()
-}
+use kvfabric_test_support::presets::tiny;
 
 fn payload(g: &ModelGeometry, seed: u8) -> Vec<u8> {
     let len = g.block_layout().payload_len as usize;
