@@ -51,6 +51,13 @@ impl NativeError {
 
     /// An I/O failure while reading a body.
     pub(crate) fn from_io(doing: &str, e: std::io::Error) -> NativeError {
+        let inner_timeout = e
+            .get_ref()
+            .and_then(|r| r.downcast_ref::<ureq::Error>())
+            .is_some_and(|u| matches!(u, ureq::Error::Timeout(_)));
+        if inner_timeout {
+            return NativeError::Timeout(format!("{doing}: timed out ({e})"));
+        }
         if matches!(
             e.kind(),
             std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
