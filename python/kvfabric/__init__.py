@@ -46,7 +46,6 @@ from .models import (
 )
 
 __all__ = [
-    "__version__",
     "BadRequest",
     "BlockRead",
     "Client",
@@ -71,6 +70,7 @@ __all__ = [
     "Unauthorized",
     "Unavailable",
     "VerificationError",
+    "__version__",
     "block_id",
     "chunk_keys",
     "fingerprint",

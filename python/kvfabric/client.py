@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from . import _native
+from . import models as _models
 from .buffers import byte_view
 from .errors import (
     ClientTimeout,
@@ -223,7 +224,7 @@ class Client:
         """``PUT /v1/blocks``: seal ``payload`` (any buffer, sent without a copy) as a block of
         ``model``; ``tokens`` defaults to the model's block tokens."""
         if tokens is None:
-            tokens = _model_info(model)["block_tokens"]
+            tokens = _models.model(model).block_tokens
         headers = [
             ("kvfabric-model", model),
             ("kvfabric-tokens", str(int(tokens))),
@@ -261,22 +262,28 @@ class Client:
         view = byte_view(out, writable=True)
         _, hdrs, _, written = self._call("GET", path, out=view)
         model = hdrs.get("kvfabric-model")
-        do_verify = verify if verify is not None else (
-            self.verify_namespace is not None and position is None
+        do_verify = (
+            verify
+            if verify is not None
+            else (self.verify_namespace is not None and position is None)
         )
         if do_verify:
             self._verify(bid, model, view[:written])
-        return BlockRead(written, hdrs.get("kvfabric-source"), hdrs.get("kvfabric-tier"), model,
-                         do_verify)
+        return BlockRead(
+            written, hdrs.get("kvfabric-source"), hdrs.get("kvfabric-tier"), model, do_verify
+        )
 
-    def get(self, block: bytes | str, *, position: int | None = None,
-            verify: bool | None = None) -> bytes:
+    def get(
+        self, block: bytes | str, *, position: int | None = None, verify: bool | None = None
+    ) -> bytes:
         """``GET /v1/blocks/{id}``: the payload as bytes (see :meth:`get_into`)."""
         bid = key_hex(block)
         path = f"/v1/blocks/{bid}" + (f"?position={int(position)}" if position is not None else "")
         _, hdrs, data, _ = self._call("GET", path, body_max=BLOCK_BYTES_MAX)
-        do_verify = verify if verify is not None else (
-            self.verify_namespace is not None and position is None
+        do_verify = (
+            verify
+            if verify is not None
+            else (self.verify_namespace is not None and position is None)
         )
         if do_verify:
             self._verify(bid, hdrs.get("kvfabric-model"), data)
@@ -302,8 +309,13 @@ class Client:
             if e.status == 404:
                 return None
             raise
-        return BlockRead(int(hdrs.get("content-length", 0)), hdrs.get("kvfabric-source"),
-                         hdrs.get("kvfabric-tier"), None, False)
+        return BlockRead(
+            int(hdrs.get("content-length", 0)),
+            hdrs.get("kvfabric-source"),
+            hdrs.get("kvfabric-tier"),
+            None,
+            False,
+        )
 
     def delete(self, block: bytes | str) -> None:
         """``DELETE /v1/blocks/{id}``: drop this node's reference (404 raises NotFound)."""
@@ -311,15 +323,22 @@ class Client:
 
     # -- keys, routes, events -----------------------------------------------------------------
 
-    def lookup(self, keys: Iterable[bytes | str], *, linearizable: bool = False
-               ) -> list[LookupResult]:
+    def lookup(
+        self, keys: Iterable[bytes | str], *, linearizable: bool = False
+    ) -> list[LookupResult]:
         """``POST /v1/lookup``: each chunk key's block and live owners."""
         path = "/v1/lookup" + ("?consistency=linearizable" if linearizable else "")
         answer = self._json("POST", path, {"keys": [key_hex(k) for k in keys]})
         return [LookupResult(r["key"], r["block"], tuple(r["owners"])) for r in answer["results"]]
 
-    def route(self, keys: Sequence[bytes | str], *, chunks: Sequence[bytes | str] | None = None,
-              mode: str = "any", model: str | None = None) -> dict:
+    def route(
+        self,
+        keys: Sequence[bytes | str],
+        *,
+        chunks: Sequence[bytes | str] | None = None,
+        mode: str = "any",
+        model: str | None = None,
+    ) -> dict:
         """``POST /v1/route``: every candidate node scored for these chunks (the API's JSON)."""
         payload: dict = {"keys": [key_hex(k) for k in keys], "mode": mode}
         if chunks is not None:
@@ -336,8 +355,13 @@ class Client:
         """``GET /v1/models``: the presets the node serves."""
         return self._json("GET", "/v1/models")["models"]
 
-    def events(self, *, since: int | None = None, last_event_id: str | None = None,
-               read_timeout_s: float = 30.0) -> Iterator[Event]:
+    def events(
+        self,
+        *,
+        since: int | None = None,
+        last_event_id: str | None = None,
+        read_timeout_s: float = 30.0,
+    ) -> Iterator[Event]:
         """``GET /v1/events``: the node's KV events as they happen (ends when the node closes
         the stream; each read waits at most ``read_timeout_s``, then raises ClientTimeout)."""
         path = "/v1/events" + (f"?since={int(since)}" if since is not None else "")
@@ -365,18 +389,3 @@ def _event_iter(stream) -> Iterator[Event]:
             yield Event(event, json.loads(data) if data else {}, eid)
     finally:
         stream.close()
-
-
-_MODELS: dict[str, dict] | None = None
-
-
-def _model_info(name: str) -> dict:
-    global _MODELS
-    if _MODELS is None:
-        _MODELS = {m["name"]: m for m in json.loads(_native.models_json())}
-    try:
-        return _MODELS[name]
-    except KeyError:
-        raise KvFabricError(
-            f"unknown model {name!r} (expected one of {', '.join(sorted(_MODELS))})"
-        ) from None

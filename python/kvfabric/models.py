@@ -86,8 +86,15 @@ def _model(d: dict) -> Model:
             offset=lay["offset"],
             nbytes=lay["bytes"],
             regions=tuple(
-                Region(r["name"], r["dtype"], r["dims"], lay["rows"], r["offset"], r["bytes"],
-                       r["row_bytes"])
+                Region(
+                    r["name"],
+                    r["dtype"],
+                    r["dims"],
+                    lay["rows"],
+                    r["offset"],
+                    r["bytes"],
+                    r["row_bytes"],
+                )
                 for r in lay["regions"]
             ),
         )
@@ -135,8 +142,9 @@ def namespace_key(name: str) -> bytes:
     return _native.namespace_key(name)
 
 
-def chunk_keys(model: str, tokens: Sequence[int], mode: str = "prefix",
-               namespace: str = "default") -> list[bytes]:
+def chunk_keys(
+    model: str, tokens: Sequence[int], mode: str = "prefix", namespace: str = "default"
+) -> list[bytes]:
     """The 32-byte keys of every whole ``block_tokens`` chunk of ``tokens`` (``mode``:
     ``prefix`` chained or ``independent``), as ``crates/store/src/chunk.rs`` computes them."""
     return _native.chunk_keys(model, list(tokens), mode, namespace)

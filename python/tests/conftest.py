@@ -32,9 +32,22 @@ class Cluster:
     def __init__(self, dir: Path, nodes: int, *args: str):
         self.dir = dir
         out = subprocess.run(
-            [str(kvfabric_bin()), "cluster", "up", "--nodes", str(nodes), "--dir", str(dir),
-             "--timeout-s", str(CLUSTER_TIMEOUT_S), *args],
-            capture_output=True, text=True, timeout=CLUSTER_TIMEOUT_S + 30,
+            [
+                str(kvfabric_bin()),
+                "cluster",
+                "up",
+                "--nodes",
+                str(nodes),
+                "--dir",
+                str(dir),
+                "--timeout-s",
+                str(CLUSTER_TIMEOUT_S),
+                *args,
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=CLUSTER_TIMEOUT_S + 30,
         )
         if out.returncode != 0:
             raise RuntimeError(f"kvfabric cluster up failed: {out.stderr}{out.stdout}")
@@ -55,7 +68,10 @@ class Cluster:
     def down(self) -> None:
         subprocess.run(
             [str(kvfabric_bin()), "cluster", "down", "--dir", str(self.dir)],
-            capture_output=True, text=True, timeout=CLUSTER_TIMEOUT_S,
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=CLUSTER_TIMEOUT_S,
         )
 
 

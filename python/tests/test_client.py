@@ -68,8 +68,14 @@ def test_head_delete_and_typed_refusals(cluster):
 
 def test_the_node_accepts_a_put_with_the_engine_headers(cluster):
     c = kvfabric.Client(cluster.url(1))
-    engine = EngineBlock("vllm/0.33.0", [bytes([i]) * 32 for i in range(4)], b"\x07" * 32, 16,
-                         list(range(64)), lora_id=3)
+    engine = EngineBlock(
+        "vllm/0.33.0",
+        [bytes([i]) * 32 for i in range(4)],
+        b"\x07" * 32,
+        16,
+        list(range(64)),
+        lora_id=3,
+    )
     put = c.put(block(3), "deepseek-v3", engine=engine)
     assert put.block == kvfabric.block_id("deepseek-v3", block(3)).hex()
     names = dict(engine.headers())

@@ -1,14 +1,13 @@
 """The connector's settings: ``kv_connector_extra_config`` of ``--kv-transfer-config``.
 
-| key | default | meaning |
-|---|---|---|
-| ``url`` | required | the kvfabric node this engine uses (``http://HOST:PORT``) |
-| ``token`` | none | bearer token (``KVFABRIC_TOKEN`` also read) |
-| ``namespace`` | ``default`` without a token | the namespace blocks are put in and verified in; required with a token |
-| ``model`` | inferred | the kvfabric preset (``kvfabric.models()``); inferred from the model's layers, ``kv_lora_rank`` and ``qk_rope_head_dim`` when one preset matches |
-| ``timeout_s`` | 30 | bound on each HTTP call |
-| ``retries`` | 3 | retries of a 503 or a failed connection |
-| ``io_threads`` | 4 | a worker's concurrent block transfers |
+- ``url`` (required): the kvfabric node this engine uses, ``http://HOST:PORT``;
+- ``token``: bearer token (``KVFABRIC_TOKEN`` is also read);
+- ``namespace``: where blocks are put and verified; ``default`` without a token, required
+  with one;
+- ``model``: the kvfabric preset (``kvfabric.models()``); inferred from the model's layers,
+  ``kv_lora_rank`` and ``qk_rope_head_dim`` when exactly one preset matches;
+- ``timeout_s`` (30): bound on each HTTP call; ``retries`` (3): retries of a 503 or a failed
+  connection; ``io_threads`` (4): a worker's concurrent block transfers.
 """
 
 from __future__ import annotations
@@ -38,19 +37,32 @@ class ConnectorConfig:
         """A client of the configured node."""
         from ..client import Client
 
-        return Client(self.url, self.token, namespace=self.namespace, timeout_s=self.timeout_s,
-                      retries=self.retries)
+        return Client(
+            self.url,
+            self.token,
+            namespace=self.namespace,
+            timeout_s=self.timeout_s,
+            retries=self.retries,
+        )
 
 
 def _infer_model(vllm_config) -> str:
     mc = getattr(vllm_config, "model_config", None)
     hf = getattr(mc, "hf_text_config", None) or getattr(mc, "hf_config", None)
     if hf is None:
-        raise ValueError("kv_connector_extra_config.model: required (no model config to infer from)")
-    want = (getattr(hf, "num_hidden_layers", None), getattr(hf, "kv_lora_rank", None),
-            getattr(hf, "qk_rope_head_dim", None))
-    found = [m.name for m in models.models() if m.kind == "mla"
-             and (m.num_layers, m.kv_lora_rank, m.rope_dim) == want]
+        raise ValueError(
+            "kv_connector_extra_config.model: required (no model config to infer from)"
+        )
+    want = (
+        getattr(hf, "num_hidden_layers", None),
+        getattr(hf, "kv_lora_rank", None),
+        getattr(hf, "qk_rope_head_dim", None),
+    )
+    found = [
+        m.name
+        for m in models.models()
+        if m.kind == "mla" and (m.num_layers, m.kv_lora_rank, m.rope_dim) == want
+    ]
     if len(found) != 1:
         raise ValueError(
             f"kv_connector_extra_config.model: cannot infer the preset from layers, "
@@ -76,12 +88,15 @@ def parse(vllm_config) -> ConnectorConfig:
     model = extra.get("model") or _infer_model(vllm_config)
     m = models.model(model)
     if m.kind != "mla":
-        raise ValueError(f"kv_connector_extra_config.model: expected an MLA preset, found "
-                         f"{model} ({m.kind})")
+        raise ValueError(
+            f"kv_connector_extra_config.model: expected an MLA preset, found {model} ({m.kind})"
+        )
     io_threads = int(extra.get("io_threads", 4))
     if not 1 <= io_threads <= IO_THREADS_MAX:
-        raise ValueError(f"kv_connector_extra_config.io_threads: expected 1 to "
-                         f"{IO_THREADS_MAX}, found {io_threads}")
+        raise ValueError(
+            f"kv_connector_extra_config.io_threads: expected 1 to "
+            f"{IO_THREADS_MAX}, found {io_threads}"
+        )
     return ConnectorConfig(
         url=url,
         token=token,

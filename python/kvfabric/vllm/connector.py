@@ -41,8 +41,11 @@ def _tp_rank(vllm_config) -> int:
 
 def _check_parallelism(vllm_config) -> None:
     pc = vllm_config.parallel_config
-    for name in ("pipeline_parallel_size", "decode_context_parallel_size",
-                 "prefill_context_parallel_size"):
+    for name in (
+        "pipeline_parallel_size",
+        "decode_context_parallel_size",
+        "prefill_context_parallel_size",
+    ):
         if getattr(pc, name, 1) not in (1, None):
             raise ValueError(
                 f"KvFabricConnector: {name} = {getattr(pc, name)} splits a block's layers or "
@@ -64,11 +67,13 @@ class KvFabricConnector(KVConnectorBase_V1):
         self.scheduler: SchedulerSide | None = None
         self.worker: WorkerSide | None = None
         if role == KVConnectorRole.SCHEDULER:
-            self.scheduler = SchedulerSide(self.cfg, page_tokens, load=ktc.is_kv_consumer,
-                                           save=ktc.is_kv_producer)
+            self.scheduler = SchedulerSide(
+                self.cfg, page_tokens, load=ktc.is_kv_consumer, save=ktc.is_kv_producer
+            )
         else:
-            self.worker = WorkerSide(self.cfg, page_tokens, _tp_rank(vllm_config),
-                                     engine=f"vllm/{vllm.__version__}")
+            self.worker = WorkerSide(
+                self.cfg, page_tokens, _tp_rank(vllm_config), engine=f"vllm/{vllm.__version__}"
+            )
 
     @property
     def requires_kv_delivery(self) -> bool:

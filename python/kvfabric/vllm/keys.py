@@ -81,8 +81,9 @@ def chunk_extra_keys(request, num_chunks: int, block_tokens: int) -> list[bytes 
     return extras
 
 
-def request_chunk_keys(request, model: str, block_tokens: int, num_chunks: int,
-                       namespace: str) -> list[bytes]:
+def request_chunk_keys(
+    request, model: str, block_tokens: int, num_chunks: int, namespace: str
+) -> list[bytes]:
     """The chunk keys of a request's first ``num_chunks`` chunks (module docs)."""
     tokens = list(request.all_token_ids[: num_chunks * block_tokens])
     if len(tokens) < num_chunks * block_tokens:

@@ -69,7 +69,8 @@ class MlaPages:
         ordered = sorted(kv_caches.items(), key=lambda kv: extract_layer_index(kv[0]))
         self.layer_names = [name for name, _ in ordered]
         self.caches: list[torch.Tensor] = []
-        for name, t in ordered:
+        for name, cache in ordered:
+            t = cache
             if t.ndim == 4:
                 if t.shape[1] != 1:
                     raise LayoutError(
@@ -115,8 +116,9 @@ class MlaPages:
             return []
         return list(page_ids[first // self.page_tokens : (end - 1) // self.page_tokens + 1])
 
-    def gather(self, block: torch.Tensor, page_ids: Sequence[int], chunk: int,
-               first_page: int = 0) -> None:
+    def gather(
+        self, block: torch.Tensor, page_ids: Sequence[int], chunk: int, first_page: int = 0
+    ) -> None:
         """Copies chunk ``chunk``'s tokens of every layer from the pages into ``block``
         (``page_ids`` starts with the request's page ``first_page``)."""
         n = self.model.block_tokens
@@ -127,8 +129,9 @@ class MlaPages:
             ckv.copy_(src[:, : self.rank])
             krope.copy_(src[:, self.rank :])
 
-    def scatter(self, block: torch.Tensor, page_ids: Sequence[int], chunk: int, first: int,
-                end: int) -> None:
+    def scatter(
+        self, block: torch.Tensor, page_ids: Sequence[int], chunk: int, first: int, end: int
+    ) -> None:
         """Copies the block's tokens ``[first, end)`` (request positions, inside chunk
         ``chunk``) of every layer into the pages."""
         n = self.model.block_tokens

@@ -67,8 +67,9 @@ class SchedulerSide:
         """The request's first ``num_chunks`` chunk keys (cached; a request only grows)."""
         have = self._keys.get(request.request_id, [])
         if len(have) < num_chunks:
-            have = request_chunk_keys(request, self.cfg.model, self.block_tokens, num_chunks,
-                                      self.cfg.namespace)
+            have = request_chunk_keys(
+                request, self.cfg.model, self.block_tokens, num_chunks, self.cfg.namespace
+            )
             self._keys[request.request_id] = have
         return have[:num_chunks]
 
@@ -100,8 +101,9 @@ class SchedulerSide:
             results = self.client.lookup(keys)
         except KvFabricError as e:
             self.lookup_failures += 1
-            log.warning("kvfabric: lookup for %s failed (computing instead): %s",
-                        request.request_id, e)
+            log.warning(
+                "kvfabric: lookup for %s failed (computing instead): %s", request.request_id, e
+            )
             return 0, False
         run: list[tuple[int, str]] = []
         remote = False
@@ -130,13 +132,15 @@ class SchedulerSide:
         start, end = hit.local, hit.local + num_external_tokens
         n = self.block_tokens
         chunks = [(c, b) for c, b in hit.blocks if c * n < end and (c + 1) * n > start]
-        self._loads.append(LoadSpec(request.request_id, list(t.page_ids), chunks, start, end,
-                                    hit.is_async))
+        self._loads.append(
+            LoadSpec(request.request_id, list(t.page_ids), chunks, start, end, hit.is_async)
+        )
         t.saved = max(t.saved, end // n)
 
     def build_connector_meta(self, scheduler_output) -> KvFabricConnectorMetadata:
-        meta = KvFabricConnectorMetadata(loads=self._loads,
-                                         preempted=set(scheduler_output.preempted_req_ids or ()))
+        meta = KvFabricConnectorMetadata(
+            loads=self._loads, preempted=set(scheduler_output.preempted_req_ids or ())
+        )
         self._loads = []
         for r in meta.preempted:
             if r in self._reqs:
@@ -150,7 +154,9 @@ class SchedulerSide:
             if t is None:
                 continue
             t.page_ids = list(new.block_ids[0])
-            done = new.num_computed_tokens + sched.get(new.req_id, 0) - len(spec.get(new.req_id, ()))
+            done = (
+                new.num_computed_tokens + sched.get(new.req_id, 0) - len(spec.get(new.req_id, ()))
+            )
             meta.saves.extend(self._saves(t, done))
         cached = scheduler_output.scheduled_cached_reqs
         for i, req_id in enumerate(cached.req_ids):
@@ -180,17 +186,19 @@ class SchedulerSide:
         out = []
         for c in range(t.saved, complete):
             first, last = c * n // p, ((c + 1) * n - 1) // p
-            out.append(SaveSpec(
-                req_id=req.request_id,
-                chunk=c,
-                key=keys[c],
-                page_ids=list(t.page_ids[first : last + 1]),
-                first_page=first,
-                token_ids=list(tokens[c * n : (c + 1) * n]),
-                engine_hashes=hashes[first : last + 1],
-                parent_hash=hashes[first - 1] if 0 < first <= len(hashes) else None,
-                lora_id=lora,
-            ))
+            out.append(
+                SaveSpec(
+                    req_id=req.request_id,
+                    chunk=c,
+                    key=keys[c],
+                    page_ids=list(t.page_ids[first : last + 1]),
+                    first_page=first,
+                    token_ids=list(tokens[c * n : (c + 1) * n]),
+                    engine_hashes=hashes[first : last + 1],
+                    parent_hash=hashes[first - 1] if 0 < first <= len(hashes) else None,
+                    lora_id=lora,
+                )
+            )
         t.saved = complete
         t.saves_issued = True
         return out

@@ -88,8 +88,9 @@ class WorkerSide:
             buf, why = fut.result()
             if buf is None:
                 failed_from = first
-                log.warning("kvfabric: %s chunk %d block %s not loaded (%s)", spec.req_id, chunk,
-                            block, why)
+                log.warning(
+                    "kvfabric: %s chunk %d block %s not loaded (%s)", spec.req_id, chunk, block, why
+                )
                 continue
             self.pages.scatter(buf, spec.page_ids, chunk, first, end)
             with self._lock:
@@ -118,8 +119,14 @@ class WorkerSide:
     def _save(self, spec: SaveSpec) -> None:
         buf = self.pages.new_block()
         self.pages.gather(buf, spec.page_ids, spec.chunk, spec.first_page)
-        engine = EngineBlock(self.engine, spec.engine_hashes, spec.parent_hash, self.page_tokens,
-                             spec.token_ids, spec.lora_id)
+        engine = EngineBlock(
+            self.engine,
+            spec.engine_hashes,
+            spec.parent_hash,
+            self.page_tokens,
+            spec.token_ids,
+            spec.lora_id,
+        )
         try:
             self.client.put(buf, self.model.name, chunk_key=spec.key, engine=engine)
         except KvFabricError as e:
