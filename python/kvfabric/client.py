@@ -16,7 +16,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from . import _native
-from . import models as _models
 from .buffers import byte_view
 from .errors import (
     ClientTimeout,
@@ -27,6 +26,7 @@ from .errors import (
     VerificationError,
     node_error,
 )
+from .models import model as _model
 
 #: The open namespace of a node without tenants.
 DEFAULT_NAMESPACE = "default"
@@ -224,7 +224,7 @@ class Client:
         """``PUT /v1/blocks``: seal ``payload`` (any buffer, sent without a copy) as a block of
         ``model``; ``tokens`` defaults to the model's block tokens."""
         if tokens is None:
-            tokens = _models.model(model).block_tokens
+            tokens = _model(model).block_tokens
         headers = [
             ("kvfabric-model", model),
             ("kvfabric-tokens", str(int(tokens))),

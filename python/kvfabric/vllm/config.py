@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .. import models
+from ..models import model as preset
+from ..models import models as all_models
 
 #: Most concurrent transfers a worker may be configured with.
 IO_THREADS_MAX = 64
@@ -60,14 +61,14 @@ def _infer_model(vllm_config) -> str:
     )
     found = [
         m.name
-        for m in models.models()
+        for m in all_models()
         if m.kind == "mla" and (m.num_layers, m.kv_lora_rank, m.rope_dim) == want
     ]
     if len(found) != 1:
         raise ValueError(
             f"kv_connector_extra_config.model: cannot infer the preset from layers, "
             f"kv_lora_rank, qk_rope_head_dim = {want} (matching: {found or 'none'}); name one "
-            f"of {', '.join(m.name for m in models.models() if m.kind == 'mla')}"
+            f"of {', '.join(m.name for m in all_models() if m.kind == 'mla')}"
         )
     return found[0]
 
@@ -86,7 +87,7 @@ def parse(vllm_config) -> ConnectorConfig:
             "in the namespace they are put in)"
         )
     model = extra.get("model") or _infer_model(vllm_config)
-    m = models.model(model)
+    m = preset(model)
     if m.kind != "mla":
         raise ValueError(
             f"kv_connector_extra_config.model: expected an MLA preset, found {model} ({m.kind})"
