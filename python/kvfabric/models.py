@@ -21,7 +21,7 @@ from . import _native
 class Region:
     """One region of one layer of a block."""
 
-    name: str  #: ``c_kv``, ``k_rope`` (MLA); ``k_rope``, ``content``, ``indexer`` (hybrid)
+    name: str  #: ``c_kv``, ``k_rope`` (MLA); ``rope``, ``content``, ``indexer`` (hybrid)
     dtype: str  #: ``bf16``, ``f16``, ``f32``, ``fp8``, ``fp4``
     dims: int
     rows: int

@@ -36,11 +36,13 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// The API's name of a region (`c_kv` and `k_rope` for MLA, as the presets name them).
-fn region_name(kind: RegionKind) -> &'static str {
+/// A region's name as the presets' `[precision]` keys (and `GET /v1/models`) name it: `c_kv`,
+/// `k_rope` for MLA; `rope`, `content`, `indexer` for the hybrid; `key`, `value` for GQA.
+fn region_name(kind: RegionKind, mla: bool) -> &'static str {
     match kind {
         RegionKind::Latent => "c_kv",
-        RegionKind::Rope => "k_rope",
+        RegionKind::Rope if mla => "k_rope",
+        RegionKind::Rope => "rope",
         RegionKind::Content => "content",
         RegionKind::Indexer => "indexer",
         RegionKind::Key => "key",
@@ -50,6 +52,7 @@ fn region_name(kind: RegionKind) -> &'static str {
 
 fn describe(g: &ModelGeometry) -> Value {
     let layout = g.block_layout();
+    let mla = matches!(g.attention, Attention::Mla(_));
     let layers: Vec<Value> = layout
         .layers
         .iter()
@@ -64,7 +67,7 @@ fn describe(g: &ModelGeometry) -> Value {
                 "offset": offset,
                 "bytes": l.len(),
                 "regions": l.regions.iter().map(|r| json!({
-                    "name": region_name(r.kind),
+                    "name": region_name(r.kind, mla),
                     "dtype": r.dtype.name(),
                     "dims": r.dims,
                     "offset": r.offset,
