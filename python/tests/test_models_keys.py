@@ -12,7 +12,7 @@ import pytest
 
 import kvfabric
 
-from .conftest import REPO, kvfabric_bin
+from conftest import REPO, kvfabric_bin
 
 VECTORS = REPO / "crates" / "store" / "tests" / "data" / "chunk_keys.json"
 

@@ -14,9 +14,9 @@ from vllm.v1.kv_cache_layout import KVCacheLayout
 
 import kvfabric
 from kvfabric.vllm import KvFabricConnector
+from kvfabric.vllm.harness import V3, Engine, vllm_config
 
-from .conftest import Cluster
-from .vllm_engine import V3, Engine, vllm_config
+from conftest import Cluster
 
 B = V3.block_tokens
 

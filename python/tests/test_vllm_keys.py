@@ -10,9 +10,8 @@ from vllm.lora.request import LoRARequest
 from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange
 
 import kvfabric
+from kvfabric.vllm.harness import MODEL, Engine
 from kvfabric.vllm.keys import encode_extra_keys, request_chunk_keys
-
-from .vllm_engine import MODEL, Engine
 
 B = kvfabric.model(MODEL).block_tokens
 PAGE = 16

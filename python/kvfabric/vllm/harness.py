@@ -1,8 +1,11 @@
-"""vLLM's own objects for the connector tests: configs, requests with vLLM's block hasher,
-pages from vLLM's block pool, KV caches from vLLM's allocator, and scheduler outputs.
+"""A CPU harness that drives the connector with vLLM's own objects, for the tests and the
+benchmark: configs, connectors built by vLLM's ``KVConnectorFactory``, requests with vLLM's
+block hasher, pages from vLLM's ``BlockPool``, MLA caches from vLLM's ``allocate_kv_cache``
+(written by vLLM's CPU MLA backend), and ``SchedulerOutput``s.
 
-Only what vLLM's GPU model runner would add is played here: calling the connector's worker
-hooks in the order ``execute_model`` calls them (``kv_connector_model_runner_mixin.py``).
+What the harness plays itself is only what vLLM's model runner does around a forward pass:
+calling the worker hooks in the order ``execute_model`` calls them
+(``vllm/v1/worker/kv_connector_model_runner_mixin.py``). It needs no GPU.
 """
 
 from __future__ import annotations
@@ -29,10 +32,10 @@ from vllm.v1.kv_cache_layout import KVCacheLayout
 from vllm.v1.request import Request
 from vllm.v1.worker.utils import allocate_kv_cache
 
-import kvfabric
+from ..models import model as preset
 
 MODEL = "deepseek-v3"
-V3 = kvfabric.model(MODEL)
+V3 = preset(MODEL)
 WIDTH = V3.kv_lora_rank + V3.rope_dim
 LAYERS = [f"model.layers.{i}.self_attn.attn" for i in range(V3.num_layers)]
 #: Bound on waiting for asynchronous transfers.
