@@ -77,9 +77,9 @@ class Cluster:
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
-    """Three nodes, replication 2, a host tier of two DeepSeek-V3 blocks (the rest demote to
-    the disk tier)."""
-    c = Cluster(tmp_path_factory.mktemp("cluster"), 3, "--host-bytes", "10 MiB")
+    """Three nodes, replication 2, a host tier of 64 MiB (14 DeepSeek-V3 blocks; a put reserves
+    host space, so concurrent puts need room for each)."""
+    c = Cluster(tmp_path_factory.mktemp("cluster"), 3, "--host-bytes", "64 MiB")
     yield c
     c.down()
 

@@ -57,7 +57,7 @@ def test_saved_through_node1_loads_through_node3_bit_for_bit(
         saves = producer.workers[0].worker.stats
         assert producer.scheduler.request_finished(r, blocks.get_block_ids()[0]) == (True, None)
         producer.wait("finished_sending", "p")
-        assert saves["saved"] == (3 if True else 0) and saves["save_failed"] == 0
+        assert saves["saved"] == 3 and saves["save_failed"] == 0
         for w in producer.workers[1:]:
             assert w.worker.stats["saved"] == 0, "one put per TP group"
 
