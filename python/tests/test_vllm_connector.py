@@ -88,6 +88,36 @@ def test_saved_through_node1_loads_through_node3_bit_for_bit(
         consumer.close()
 
 
+def test_a_chunked_prefill_saves_each_chunk_once_in_the_step_that_completes_it(cluster):
+    prompt = tokens(123, 3 * B + 3)
+    e = Engine(cluster.url(2), 16)
+    try:
+        r = e.request("c", prompt)
+        blocks = e.allocate(r)
+        e.scheduler.update_state_after_alloc(r, blocks, 0)
+        e.write_request_kv(r, blocks, 123)
+        stats = e.workers[0].worker.stats
+        e.step(new=[(r, blocks, B + 10)])  # chunk 0 complete
+        e.step(cached=[(r, B + 10, 40)])  # 50 + 64 tokens: none
+        e.step(cached=[(r, B + 50, 2 * B)])  # chunks 1 and 2
+        assert e.scheduler.request_finished(r, blocks.get_block_ids()[0]) == (True, None)
+        e.wait("finished_sending", "c")
+        assert (stats["saved"], stats["save_failed"]) == (3, 0)
+        keys = e.scheduler.scheduler.keys(e.request("again", prompt), 3)
+        found = kvfabric.Client(cluster.url(1)).lookup(keys)
+        ids = [kvfabric.block_id("deepseek-v3", _block_of(e, blocks, c)).hex() for c in range(3)]
+        assert [f.block for f in found] == ids
+    finally:
+        e.close()
+
+
+def _block_of(e: Engine, blocks, chunk: int):
+    """The payload the layout maps chunk ``chunk`` of the pages to (what was put)."""
+    buf = e.workers[0].worker.pages.new_block()
+    e.workers[0].worker.pages.gather(buf, blocks.get_block_ids()[0], chunk)
+    return buf.numpy()
+
+
 def _flip_every_mib(disk: os.PathLike) -> int:
     flipped = 0
     for root, _, files in os.walk(disk):

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 
 use crate::buffers::RawBytes;
 use crate::error::NativeError;
-use crate::http::Http;
+use crate::http::{Http, CONNECT_TIMEOUT_S};
 
 /// Most blocks one call takes.
 pub(crate) const BLOCKS_MAX: usize = 4096;
@@ -97,7 +97,7 @@ pub(crate) fn node_http_put_get(
         ))
         .into());
     }
-    let http = Http::client(url, token, 120.0)?;
+    let http = Http::client(url, token, 120.0, CONNECT_TIMEOUT_S)?;
     let raws = blocks
         .iter()
         .map(|b| RawBytes::of(b, false, "blocks"))

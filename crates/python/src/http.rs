@@ -20,7 +20,7 @@ use crate::events::EventStream;
 
 /// Most seconds a call may be given.
 pub(crate) const TIMEOUT_S_MAX: f64 = 3600.0;
-/// Seconds to connect unless told otherwise.
+/// Seconds the benchmark's client may take to connect.
 pub(crate) const CONNECT_TIMEOUT_S: f64 = 5.0;
 /// ureq's socket buffers (its default is 128 KiB; blocks are megabytes).
 const IO_BUFFER_BYTES: usize = 256 * 1024;
@@ -91,11 +91,13 @@ fn read_bounded(body: Body, max: u64, doing: &str) -> Result<Vec<u8>, NativeErro
 }
 
 impl Http {
-    /// A client without Python in the way (the benchmark's baseline).
+    /// A client of `base`: each call bounded by `timeout_s` in all, `connect_timeout_s` to
+    /// connect.
     pub(crate) fn client(
         base: &str,
         token: Option<String>,
         timeout_s: f64,
+        connect_timeout_s: f64,
     ) -> Result<Http, NativeError> {
         let base = base.trim_end_matches('/').to_owned();
         if !base.starts_with("http://") {
@@ -105,7 +107,7 @@ impl Http {
             )));
         }
         let timeout = seconds("timeout_s", timeout_s)?;
-        let connect = seconds("connect_timeout_s", CONNECT_TIMEOUT_S.min(timeout_s))?;
+        let connect = seconds("connect_timeout_s", connect_timeout_s)?;
         let agent: Agent = Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(timeout))
@@ -187,16 +189,7 @@ impl Http {
         timeout_s: f64,
         connect_timeout_s: f64,
     ) -> PyResult<Self> {
-        let mut http = Http::client(base, token, timeout_s)?;
-        http.agent = Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(seconds("timeout_s", timeout_s)?))
-            .timeout_connect(Some(seconds("connect_timeout_s", connect_timeout_s)?))
-            .input_buffer_size(IO_BUFFER_BYTES)
-            .output_buffer_size(IO_BUFFER_BYTES)
-            .build()
-            .into();
-        Ok(http)
+        Ok(Http::client(base, token, timeout_s, connect_timeout_s)?)
     }
 
     /// The base URL.

@@ -118,12 +118,22 @@ class Engine:
         n = -(-request.num_tokens // self.page_tokens)
         return KVCacheBlocks((self.pool.get_new_blocks(n),))
 
-    def step(self, new=(), finished=()) -> SchedulerOutput:
+    def step(self, new=(), cached=(), finished=()) -> SchedulerOutput:
         """One engine step: the scheduler builds the metadata, every worker runs the hooks
-        `execute_model` runs. ``new`` is ``(request, blocks, tokens scheduled)``."""
+        `execute_model` runs. ``new`` is ``(request, blocks, tokens scheduled)``; ``cached``
+        (requests scheduled before) is ``(request, tokens computed, tokens scheduled)``."""
         so = SchedulerOutput.make_empty()
         for req, blocks, n in new:
             so.scheduled_new_reqs.append(NewRequestData.from_request(req, blocks.get_block_ids()))
+            so.num_scheduled_tokens[req.request_id] = n
+            so.total_num_scheduled_tokens += n
+        cr = so.scheduled_cached_reqs
+        for req, computed, n in cached:
+            cr.req_ids.append(req.request_id)
+            cr.new_token_ids.append([])
+            cr.new_block_ids.append(None)
+            cr.num_computed_tokens.append(computed)
+            cr.num_output_tokens.append(req.num_output_tokens)
             so.num_scheduled_tokens[req.request_id] = n
             so.total_num_scheduled_tokens += n
         so.finished_req_ids = set(finished)
