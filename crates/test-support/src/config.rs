@@ -168,6 +168,15 @@ pub struct EventsSection {
     /// The ZeroMQ topic.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic: Option<String>,
+    /// Whether the node runs the cluster feed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_feed: Option<bool>,
+    /// The cluster feed's ZeroMQ PUB endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_zmq_pub: Option<String>,
+    /// The cluster feed's ZeroMQ ROUTER (replay) endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_zmq_replay: Option<String>,
 }
 
 /// `[route]` (every key optional).

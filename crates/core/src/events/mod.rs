@@ -12,9 +12,12 @@
 //! On a cluster node, [`node_down`] adds an [`EventKind::NodeDown`] when a member's lease
 //! expires in the directory.
 
+pub mod cluster;
+pub mod engine;
 pub mod epoch;
 mod metrics;
 pub mod node_down;
+pub mod poll;
 pub mod wire;
 
 use std::collections::VecDeque;
@@ -23,8 +26,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use kvfabric_store::{BlockId, NamespaceKey, Tier};
+use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, watch};
 
+pub use engine::{BlockInfo, EngineBlock, EngineHash};
 pub use metrics::EventMetrics;
 
 use crate::ids::{ChunkKey, NodeId};
@@ -34,7 +39,8 @@ use crate::ids::{ChunkKey, NodeId};
 pub const BROADCAST_MAX: usize = 1024;
 
 /// What one event says.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum EventKind {
     /// The node started a new epoch: whatever a consumer knew of it is void.
     Epoch,
@@ -44,12 +50,12 @@ pub enum EventKind {
         namespace: NamespaceKey,
         /// Where they sit.
         tier: Tier,
-        /// Their ids.
+        /// Their ids (exactly one when `info` carries an engine record).
         ids: Vec<BlockId>,
         /// The first chunk key the put named (its prefix key when it gave one), if any.
         chunk_key: Option<ChunkKey>,
-        /// Tokens per block of the model, when the producer knows it (0: unknown).
-        block_tokens: u32,
+        /// Their token count and, for one block put by an engine, its engine identity.
+        info: BlockInfo,
     },
     /// Blocks no longer held in `namespace` (on `tier` when known).
     Removed {
@@ -57,11 +63,15 @@ pub enum EventKind {
         namespace: NamespaceKey,
         /// Where they sat (`None`: their slots were already gone, e.g. quarantined).
         tier: Option<Tier>,
-        /// Their ids.
+        /// Their ids (exactly one when `engine` is set).
         ids: Vec<BlockId>,
+        /// The engine identity the block was published under, so the removal names the
+        /// same hashes as the store did.
+        engine: Option<Arc<EngineBlock>>,
     },
-    /// Another member's (or this node's) lease expired in the directory: its ownership
-    /// records were purged ([`node_down`]).
+    /// A member's lease expired in the directory: its ownership records were purged
+    /// ([`node_down`]). On the ZeroMQ wire of the member's own stream (the cluster feed,
+    /// [`cluster`]) it is an `AllBlocksCleared`; on any other node's stream it has no event.
     NodeDown {
         /// The member.
         node: NodeId,
@@ -105,6 +115,9 @@ struct Ring {
 
 /// Where a subscriber starts: what is still in the ring from its start, then live batches.
 pub struct Subscription {
+    /// The sequence number of the first batch this subscriber gets: `since`, or for a live
+    /// subscription the next one to be published.
+    pub next: u64,
     /// Buffered batches with `seq >= since`, in order.
     pub replay: Vec<Arc<Batch>>,
     /// Batches published after the snapshot.
@@ -173,7 +186,7 @@ impl EventLog {
         let ts = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
-        let payload = wire::encode_batch(ts, &events);
+        let payload = wire::encode_batch(ts, &events, self.node);
         let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
         let seq = ring.next_seq;
         ring.next_seq += 1;
@@ -211,6 +224,7 @@ impl EventLog {
                 .collect(),
         };
         Ok(Subscription {
+            next: since.unwrap_or(ring.next_seq),
             replay,
             live: self.tx.subscribe(),
             closed: self.closed.subscribe(),

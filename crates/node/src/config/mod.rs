@@ -61,7 +61,7 @@
 
 mod bytes;
 mod cluster;
-mod events;
+pub(crate) mod events;
 mod raw;
 mod route;
 mod validate;

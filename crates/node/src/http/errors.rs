@@ -158,6 +158,9 @@ pub(crate) enum ApiError {
     /// `GET /v1/events` beyond `events.max_sse_subscribers` open streams.
     #[error("the node is at its limit of {0} event streams; retry later")]
     TooManySubscribers(u32),
+    /// `GET /v1/events?scope=cluster` on a node that runs no cluster feed.
+    #[error("scope=cluster: expected a node with events.cluster_feed on, found it off here")]
+    ClusterFeedOff,
 }
 
 impl ApiError {
@@ -178,6 +181,7 @@ impl ApiError {
             | InvalidJson(_)
             | TooManyKeys { .. }
             | ModelRequired(_)
+            | ClusterFeedOff
             | BodyRead(_) => StatusCode::BAD_REQUEST,
             MissingToken | InvalidToken => StatusCode::UNAUTHORIZED,
             NamespaceForbidden(_) => StatusCode::FORBIDDEN,
@@ -232,6 +236,7 @@ impl ApiError {
             Internal => "internal",
             ReplayGap { .. } => "replay_gap",
             TooManySubscribers(_) => "too_many_subscribers",
+            ClusterFeedOff => "cluster_feed_off",
         }
     }
 
@@ -262,7 +267,7 @@ impl ApiError {
     pub(crate) fn from_fabric(e: FabricError) -> ApiError {
         match e {
             FabricError::Store(s) => ApiError::from_store(s),
-            FabricError::Poisoned | FabricError::EpochFile { .. } => {
+            FabricError::Poisoned | FabricError::EpochFile { .. } | FabricError::InfoLog { .. } => {
                 tracing::error!(error = %e, "node failure");
                 ApiError::Internal
             }
@@ -281,6 +286,10 @@ impl ApiError {
             FabricError::DirectoryUnavailable(m) => ApiError::DirectoryUnavailable(m),
             FabricError::UnknownGeometry => ApiError::UnknownGeometry,
             FabricError::ModelRequired(m) => ApiError::ModelRequired(m),
+            FabricError::EngineBlock(e) => ApiError::InvalidHeader {
+                name: "kvfabric-engine-*",
+                reason: e.to_string(),
+            },
         }
     }
 }
