@@ -168,15 +168,9 @@ pub struct EventsSection {
     /// The ZeroMQ topic.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic: Option<String>,
-    /// Whether the node runs the cluster feed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster_feed: Option<bool>,
-    /// The cluster feed's ZeroMQ PUB endpoint.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster_zmq_pub: Option<String>,
-    /// The cluster feed's ZeroMQ ROUTER (replay) endpoint.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster_zmq_replay: Option<String>,
+    /// Any other `[events]` key, as a TOML value (e.g. from `cluster up --events-set`).
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, toml::Value>,
 }
 
 /// `[route]` (every key optional).
