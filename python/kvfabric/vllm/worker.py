@@ -126,6 +126,7 @@ class WorkerSide:
             self.page_tokens,
             spec.token_ids,
             spec.lora_id,
+            spec.lora_name,
         )
         try:
             self.client.put(buf, self.model.name, chunk_key=spec.key, engine=engine)
