@@ -27,7 +27,7 @@ fn rotate_by_delta(geometry: &kvfabric_store::ModelGeometry, payload: &mut [u8],
     let layout = geometry.block_layout();
     for (layer, region) in layout.rope_regions() {
         let rope = layer.rope.as_ref().unwrap();
-        let inv = rope.inv_freq(region.dims);
+        let inv = rope.inv_freq(region.dims, 0); // plain RoPE: no dependence on length
         let half = inv.len();
         let bytes = &mut payload[region.offset as usize..(region.offset + region.len) as usize];
         for row in bytes.chunks_exact_mut(region.dims as usize * 2) {
