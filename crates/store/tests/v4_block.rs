@@ -7,8 +7,8 @@ use kvfabric_store::geometry::preset::builtin_preset;
 use kvfabric_store::geometry::{Attention, LayerScheme, RegionKind};
 use kvfabric_store::rope::{rotate_block, Direction};
 use kvfabric_store::{
-    BlockHeader, ByteCount, Dedup, Dtype, ModelGeometry, NamespaceKey, PutForm, Store,
-    StoreConfig, StoreError, HEADER_LEN,
+    BlockHeader, ByteCount, Dedup, Dtype, ModelGeometry, NamespaceKey, PutForm, Store, StoreConfig,
+    StoreError, HEADER_LEN,
 };
 use serde_json::Value;
 
@@ -118,7 +118,10 @@ fn v4_pro_layers_hold_exactly_the_accounted_bytes() {
     assert_eq!(swa["bytes_per_compressed_entry"].as_u64().unwrap(), 576);
     for layer in &flash.layers[..2] {
         assert_eq!(layer.scheme, Some(LayerScheme::Swa));
-        assert!(layer.is_empty(), "window rows live in the per-request arena");
+        assert!(
+            layer.is_empty(),
+            "window rows live in the per-request arena"
+        );
     }
     assert_eq!(flash.payload_len, 21 * 20_480 + 20 * 576);
 }
@@ -146,7 +149,11 @@ fn a_v4_pro_block_is_sealed_read_and_deduplicated_exactly() {
         for (i, layer) in layout.layers.iter().enumerate() {
             for r in &layer.regions {
                 let span = r.offset as usize..(r.offset + r.len) as usize;
-                assert!(read[span.clone()] == p[span], "{name} layer {i} {:?}", r.kind);
+                assert!(
+                    read[span.clone()] == p[span],
+                    "{name} layer {i} {:?}",
+                    r.kind
+                );
             }
         }
         assert!(read == p);
@@ -226,7 +233,10 @@ fn with_a_bf16_indexer_a_read_at_a_position_turns_only_rope_dims() {
     let (read, _) = s.read_payload(&a.id, &ns, &g, Some(position)).unwrap();
     let mut expect = p.clone();
     rotate_block(&layout, &mut expect, position, Direction::Forward).unwrap();
-    assert!(read == expect, "a read rotates canonical rows once, bit for bit");
+    assert!(
+        read == expect,
+        "a read rotates canonical rows once, bit for bit"
+    );
     for layer in &layout.layers {
         for r in &layer.regions {
             let row = r.row_bytes() as usize;

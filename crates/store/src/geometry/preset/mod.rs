@@ -69,7 +69,6 @@
 //!
 //! The RoPE keys are the model's own `config.json` values; `tests/rope_vectors.rs` checks every
 //! built-in preset against the model's transformers classes.
-//! ```
 
 use std::path::Path;
 
