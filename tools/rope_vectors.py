@@ -306,7 +306,7 @@ def hybrid_entry(entry, rng):
     config, model, compressed = v4_compressed(entry, rng)
     rotary = model.model.rotary_emb
     attn_rope = {}
-    for i, layer in enumerate(model.model.layers):
+    for layer in model.model.layers:
         attn_rope[layer.self_attn.layer_type] = layer.self_attn.rope_layer_type
     # Sliding-window-only layers: the model's own attention class, built for such a layer.
     swa_config = v4_config(
