@@ -16,7 +16,7 @@
 //! | dtypes | u8: f32 1, bf16 2, f16 3, fp8 4, fp4 5 |
 //! | layer schemes | u32 count, then u8 each: csa 1, hca 2, swa 3 |
 //! | RoPE | u8 convention (half-split 1, interleaved 2), f64 theta (IEEE bits), u8 scaling (none 0; yarn 1 + f64 factor, u64 original, f64 beta_fast, f64 beta_slow; longrope 3 + u64 original, u64 max position, u32 count + f64 each short factor, u32 count + f64 each long factor), then, only when the attention factor is not 1, u8 0xAF + f64 factor |
-//! | hybrid | head, rope, indexer, indexer RoPE dims, k1, k2, window (u32 each), then as the table says |
+//! | hybrid fields | u32 head, rope, indexer and indexer RoPE dims, k1, k2, window; dtypes of RoPE, content, indexer; layer schemes; RoPE of SWA-only layers; RoPE of CSA/HCA layers |
 //!
 //! (Tag 2 was explicit per-pair factors, replaced by LongRoPE; 0xAF never follows a RoPE whose
 //! factor is 1, so presets that predate attention factors keep their fingerprints.)
@@ -182,5 +182,20 @@ mod tests {
         assert_ne!(fingerprint(&theta), base);
     }
 
+    /// Pinned too: a LongRoPE preset and a hybrid one (their encodings are the newest).
+    #[test]
+    fn minicpm3_and_v4_pro_fingerprints_are_pinned() {
+        for (name, pinned) in [
+            ("minicpm3-4b", PINNED_MINICPM3),
+            ("deepseek-v4-pro", PINNED_V4_PRO),
+        ] {
+            let g = builtin_preset(name).expect("preset");
+            let hex: String = fingerprint(&g).iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(hex, pinned, "{name}");
+        }
+    }
+
     const PINNED_V3: &str = "de4c002b68499870e08f4b56b6a329b7";
+    const PINNED_MINICPM3: &str = "7f39521332a95cb453c459f76ec23362";
+    const PINNED_V4_PRO: &str = "7510ad2758ee8e4015a03c1730d8994f";
 }
