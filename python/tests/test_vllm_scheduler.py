@@ -9,7 +9,19 @@ import torch
 import kvfabric
 from kvfabric.vllm.harness import V3, SchedulerEngine, tiny_model_dir
 
+from conftest import Cluster
+
 B = V3.block_tokens
+
+
+@pytest.fixture(scope="module")
+def single_copy_cluster(tmp_path_factory):
+    """Three nodes, replication 1: a block put through n1 is held by n1 alone."""
+    c = Cluster(
+        tmp_path_factory.mktemp("single"), 3, "--replication", "1", "--host-bytes", "64 MiB"
+    )
+    yield c
+    c.down()
 
 
 @pytest.fixture(scope="module")
@@ -34,16 +46,36 @@ def _gone(rid: str):
     return lambda e: rid not in e.vllm.requests
 
 
-def test_vllms_scheduler_saves_through_node1_and_loads_through_node3(cluster, model_dir):
-    prompt = _prompt(41)
+@pytest.mark.parametrize("remote", [True, False])
+def test_vllms_scheduler_saves_through_one_node_and_loads_through_another(
+    single_copy_cluster, model_dir, remote
+):
+    """``remote``: the loading engine is bound to n3, which holds none of the blocks (an
+    asynchronous load: vLLM parks the request until the workers report it received);
+    otherwise to n1, which holds them all (a synchronous load inside ``start_load_kv``)."""
+    cluster = single_copy_cluster
+    seed = 141 + remote  # prompts and latents of their own: a key names the first block put,
+    prompt = _prompt(seed)  # and equal latents are one block (content-addressed)
     a = SchedulerEngine(cluster.url(1), model_dir, model="deepseek-v3")
-    b = SchedulerEngine(cluster.url(3), model_dir, model="deepseek-v3")
+    b = None
     try:
-        a.add("p", prompt, seed=41)
+        a.add("p", prompt, seed=seed)
         a.run(_gone("p"))  # prefilled, sampled, finished, its pages freed after the puts
         assert a.workers[0].worker.stats["saved"] == 3
-        b.add("q", prompt, seed=41)
-        errors = b.run(_running_with("q", 3 * B + 9))
+        keys = a.scheduler.scheduler.keys(a.request("probe", prompt), 3)
+        owners = [f.owners for f in kvfabric.Client(cluster.url(3)).lookup(keys)]
+        assert owners == [("n1",)] * 3
+        b = SchedulerEngine(cluster.url(3 if remote else 1), model_dir, model="deepseek-v3")
+        q = b.add("q", prompt, seed=seed)
+        seen = set()
+        running = _running_with("q", 3 * B + 9)
+
+        def until(e):
+            seen.add(q.status.name)
+            return running(e)
+
+        errors = b.run(until)
+        assert ("WAITING_FOR_REMOTE_KVS" in seen) == remote, seen
         assert errors == []
         assert b.workers[0].worker.stats["loaded"] == 3
         assert [t for r, t in b.computed if r == "q"] == list(range(3 * B, 3 * B + 9)), (
@@ -53,7 +85,8 @@ def test_vllms_scheduler_saves_through_node1_and_loads_through_node3(cluster, mo
         assert torch.equal(b.rows_of("q", 0, 3 * B).view(torch.int16), want.view(torch.int16))
     finally:
         a.close()
-        b.close()
+        if b is not None:
+            b.close()
 
 
 @pytest.mark.parametrize("policy", ["recompute", "fail"])
