@@ -253,6 +253,7 @@ impl ApiError {
             StoreError::PositionOutOfRange { position, max } => {
                 ApiError::PositionOutOfRange { position, max }
             }
+            StoreError::PositionShiftUnsupported { .. } => ApiError::InvalidQuery(e.to_string()),
             StoreError::Full { .. } | StoreError::TooLarge { .. } => {
                 ApiError::StoreFull(e.to_string())
             }

@@ -22,15 +22,22 @@
 //! `compression - 1` wait; the row that completes a group fills it, and that layer accepts no
 //! further row until the group is drained (handed to the compressor). The arena keeps nothing
 //! of a drained group; a compressor whose windows overlap (V4's CSA) keeps the previous group
-//! itself. For V4-Pro (61 layers: 2 SWA, 30 CSA with k1 = 4, 29 HCA with k2 = 128 = one block;
+//! itself. For V4-Pro (61 layers: 30 CSA with k1 = 4, 31 HCA with k2 = 128 = one block;
 //! window 128; 576-byte rows):
 //!
 //! ```text
-//! 576 × (61 × 128 + 30 × 4 + 29 × 128) = 576 × 11,640 = 6,704,640 bytes per request
+//! 576 × (61 × 128 + 30 × 4 + 31 × 128) = 576 × 11,896 = 6,852,096 bytes per request
 //! ```
 //!
 //! of which the windows are 4,497,408 bytes, the CSA groups 69,120 and the HCA groups
-//! 2,138,112.
+//! 2,285,568. V4-Flash (43 layers: 2 SWA, 21 CSA, 20 HCA): 576 × 8,148 = 4,693,248 bytes.
+//!
+//! [`Arenas`] is the node's table of live arenas, one per request: create, append, read,
+//! drain, free, bounded in count and in bytes.
+
+mod table;
+
+pub use table::{ArenaId, ArenaLimits, Arenas};
 
 use crate::geometry::{Attention, HybridGeometry, LayerScheme, ModelGeometry};
 use crate::units::ByteCount;
@@ -87,6 +94,39 @@ pub enum ArenaError {
     NoGroups {
         /// The layer.
         layer: u32,
+    },
+    /// A whole token's rows whose length is not `layers × row bytes`.
+    #[error(
+        "token rows: expected {expected} bytes ({layers} layers × {row_bytes}), found {found}"
+    )]
+    TokenLength {
+        /// Bytes of one token across all layers.
+        expected: usize,
+        /// Layers of the model.
+        layers: u32,
+        /// Bytes of one row.
+        row_bytes: usize,
+        /// Bytes given.
+        found: usize,
+    },
+    /// An arena id that is not live (never created, or freed).
+    #[error("arena {0} does not exist (never created, or freed)")]
+    UnknownArena(u64),
+    /// A create beyond the table's count bound.
+    #[error("at most {max} arenas may be live at once; free one first")]
+    TooManyArenas {
+        /// The bound (`arenas_max`).
+        max: u32,
+    },
+    /// A create beyond the table's byte bound.
+    #[error("an arena of {needed} would exceed the arenas' budget: {used} of {max} in use")]
+    OverBudget {
+        /// The new arena's size.
+        needed: ByteCount,
+        /// Bytes held by live arenas.
+        used: ByteCount,
+        /// The bound (`bytes_max`).
+        max: ByteCount,
     },
 }
 
@@ -192,15 +232,25 @@ pub fn capacity_bytes(h: &HybridGeometry) -> ByteCount {
     ByteCount(row_bytes(h).0 * rows)
 }
 
+fn hybrid(g: &ModelGeometry) -> Result<&HybridGeometry, ArenaError> {
+    match &g.attention {
+        Attention::Hybrid(h) => Ok(h),
+        _ => Err(ArenaError::NotHybrid {
+            name: g.name.clone(),
+            kind: g.kind().name(),
+        }),
+    }
+}
+
 impl RequestArena {
+    /// The size an arena of `g` is allocated at (see the module doc), without allocating it.
+    pub fn size_for(g: &ModelGeometry) -> Result<ByteCount, ArenaError> {
+        Ok(capacity_bytes(hybrid(g)?))
+    }
+
     /// An empty arena for one request of `g`, allocated once at its full size.
     pub fn new(g: &ModelGeometry) -> Result<RequestArena, ArenaError> {
-        let Attention::Hybrid(h) = &g.attention else {
-            return Err(ArenaError::NotHybrid {
-                name: g.name.clone(),
-                kind: g.kind().name(),
-            });
-        };
+        let h = hybrid(g)?;
         let row_bytes = row_bytes(h).as_usize();
         let window_bytes = h.swa_window as usize * row_bytes;
         let mut offset = 0usize;
@@ -323,6 +373,40 @@ impl RequestArena {
         })
     }
 
+    /// Appends one token's rows of every layer, `layers × row_bytes` bytes in layer order, or
+    /// nothing: refused whole if the length is wrong or any compressed layer waits to be
+    /// drained. Returns what each layer's append did.
+    pub fn append_token(&mut self, rows: &[u8]) -> Result<Vec<Appended>, ArenaError> {
+        let layers = self.layers();
+        let expected = layers as usize * self.row_bytes;
+        if rows.len() != expected {
+            return Err(ArenaError::TokenLength {
+                expected,
+                layers,
+                row_bytes: self.row_bytes,
+                found: rows.len(),
+            });
+        }
+        if let Some((layer, slot)) = self
+            .layers
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.group_rows > 0 && s.group_len == s.group_rows)
+        {
+            return Err(ArenaError::GroupNotDrained {
+                layer: layer as u32,
+                rows: slot.group_len,
+            });
+        }
+        let row_bytes = self.row_bytes;
+        (0..layers)
+            .map(|layer| {
+                let at = layer as usize * row_bytes;
+                self.append(layer, &rows[at..at + row_bytes])
+            })
+            .collect()
+    }
+
     /// `layer`'s window in order, oldest row first.
     pub fn window(&self, layer: u32) -> Result<Window<'_>, ArenaError> {
         let slot = self.slot(layer)?;
@@ -378,202 +462,4 @@ impl RequestArena {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::geometry::preset::builtin_preset;
-
-    fn v4() -> ModelGeometry {
-        builtin_preset("deepseek-v4-pro").expect("built-in")
-    }
-
-    /// A row whose every byte is the token index's low byte, tagged with the layer.
-    fn row(arena: &RequestArena, token: u32, layer: u32) -> Vec<u8> {
-        let mut r = vec![token as u8; arena.row_bytes()];
-        r[0] = layer as u8;
-        r
-    }
-
-    #[test]
-    fn v4_pro_arena_is_6_704_640_bytes() {
-        let g = v4();
-        let Attention::Hybrid(h) = &g.attention else {
-            unreachable!()
-        };
-        let arena = RequestArena::new(&g).unwrap();
-        assert_eq!(arena.row_bytes(), 576);
-        assert_eq!(row_bytes(h), ByteCount(576));
-        assert_eq!(arena.layers(), 61);
-        assert_eq!(arena.window_rows(), 128);
-        assert_eq!(arena.bytes(), ByteCount(6_704_640));
-        assert_eq!(capacity_bytes(h), arena.bytes());
-        // The formula, spelled out.
-        let (csa, hca) = (30u64, 29u64);
-        assert_eq!(576 * (61 * 128 + csa * 4 + hca * 128), 6_704_640);
-        assert_eq!(61 * 128 * 576, 4_497_408);
-    }
-
-    #[test]
-    fn mla_and_gqa_have_no_arena() {
-        for name in ["deepseek-v3", "llama-3.1-8b"] {
-            let g = builtin_preset(name).unwrap();
-            match RequestArena::new(&g) {
-                Err(ArenaError::NotHybrid { name: n, .. }) => assert_eq!(n, name),
-                other => panic!("{name}: {other:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn window_keeps_the_last_rows_in_order_and_never_grows() {
-        let mut arena = RequestArena::new(&v4()).unwrap();
-        let bytes = arena.bytes();
-        assert_eq!(arena.scheme(0).unwrap(), LayerScheme::Swa);
-        assert!(arena.window(0).unwrap().is_empty());
-        for t in 0..300u32 {
-            assert_eq!(
-                arena.append(0, &row(&arena, t, 0)).unwrap(),
-                Appended::WindowOnly
-            );
-            let w = arena.window(0).unwrap();
-            assert_eq!(w.len(), (t as usize + 1).min(128));
-        }
-        let w = arena.window(0).unwrap();
-        let firsts: Vec<u8> = w.rows().map(|r| r[1]).collect();
-        let expected: Vec<u8> = (172..300u32).map(|t| t as u8).collect();
-        assert_eq!(firsts, expected);
-        assert!(w.rows().all(|r| r[0] == 0));
-        let (older, newer) = w.as_slices();
-        assert_eq!(older.len() + newer.len(), 128 * 576);
-        assert_eq!(arena.appended(0).unwrap(), 300);
-        assert_eq!(arena.bytes(), bytes);
-        // Layer 1's window is untouched by layer 0's rows.
-        assert!(arena.window(1).unwrap().is_empty());
-    }
-
-    #[test]
-    fn csa_groups_complete_every_k1_rows_and_must_be_drained() {
-        let mut arena = RequestArena::new(&v4()).unwrap();
-        let layer = 2;
-        assert_eq!(arena.scheme(layer).unwrap(), LayerScheme::Csa);
-        for t in 0..3u32 {
-            let r = row(&arena, t, layer);
-            assert_eq!(
-                arena.append(layer, &r).unwrap(),
-                Appended::GroupOpen {
-                    rows: t + 1,
-                    needed: 4
-                }
-            );
-        }
-        assert_eq!(
-            arena.drain_group(layer),
-            Err(ArenaError::GroupIncomplete {
-                layer,
-                expected: 4,
-                found: 3
-            })
-        );
-        let r = row(&arena, 3, layer);
-        assert_eq!(arena.append(layer, &r).unwrap(), Appended::GroupComplete);
-        let r = row(&arena, 4, layer);
-        assert_eq!(
-            arena.append(layer, &r),
-            Err(ArenaError::GroupNotDrained { layer, rows: 4 })
-        );
-        // The refused row was not written anywhere.
-        assert_eq!(arena.window(layer).unwrap().len(), 4);
-        assert_eq!(arena.appended(layer).unwrap(), 4);
-        let group = arena.drain_group(layer).unwrap().to_vec();
-        assert_eq!(group.len(), 4 * 576);
-        let tokens: Vec<u8> = group.chunks_exact(576).map(|r| r[1]).collect();
-        assert_eq!(tokens, [0, 1, 2, 3]);
-        assert_eq!(arena.group_len(layer).unwrap(), 0);
-        assert_eq!(
-            arena.append(layer, &r).unwrap(),
-            Appended::GroupOpen { rows: 1, needed: 4 }
-        );
-    }
-
-    #[test]
-    fn hca_group_is_one_block_of_rows() {
-        let mut arena = RequestArena::new(&v4()).unwrap();
-        let layer = 3;
-        assert_eq!(arena.scheme(layer).unwrap(), LayerScheme::Hca);
-        for t in 0..127u32 {
-            let r = row(&arena, t, layer);
-            assert!(matches!(
-                arena.append(layer, &r).unwrap(),
-                Appended::GroupOpen { .. }
-            ));
-        }
-        let r = row(&arena, 127, layer);
-        assert_eq!(arena.append(layer, &r).unwrap(), Appended::GroupComplete);
-        let group = arena.drain_group(layer).unwrap();
-        assert_eq!(group.len(), 128 * 576);
-        assert!(group
-            .chunks_exact(576)
-            .enumerate()
-            .all(|(i, r)| r[1] == i as u8 && r[0] == 3));
-    }
-
-    #[test]
-    fn typed_errors() {
-        let mut arena = RequestArena::new(&v4()).unwrap();
-        assert_eq!(
-            arena.append(0, &[0u8; 575]),
-            Err(ArenaError::RowLength {
-                expected: 576,
-                found: 575
-            })
-        );
-        assert_eq!(
-            arena.append(61, &[0u8; 576]),
-            Err(ArenaError::UnknownLayer {
-                layer: 61,
-                layers: 61
-            })
-        );
-        assert_eq!(
-            arena.append(61, &[0u8; 3]),
-            Err(ArenaError::UnknownLayer {
-                layer: 61,
-                layers: 61
-            })
-        );
-        assert!(matches!(
-            arena.window(99),
-            Err(ArenaError::UnknownLayer { layer: 99, .. })
-        ));
-        assert_eq!(arena.drain_group(0), Err(ArenaError::NoGroups { layer: 0 }));
-        assert!(
-            arena.window(0).unwrap().is_empty(),
-            "nothing written by refused appends"
-        );
-        let msg = ArenaError::RowLength {
-            expected: 576,
-            found: 575,
-        }
-        .to_string();
-        assert!(
-            msg.contains("expected 576") && msg.contains("found 575"),
-            "{msg}"
-        );
-    }
-
-    #[test]
-    fn clear_forgets_rows_but_keeps_size() {
-        let mut arena = RequestArena::new(&v4()).unwrap();
-        for layer in 0..arena.layers() {
-            let r = row(&arena, 7, layer);
-            arena.append(layer, &r).unwrap();
-        }
-        let bytes = arena.bytes();
-        arena.clear();
-        assert_eq!(arena.bytes(), bytes);
-        for layer in 0..arena.layers() {
-            assert!(arena.window(layer).unwrap().is_empty());
-            assert_eq!(arena.group_len(layer).unwrap(), 0);
-            assert_eq!(arena.appended(layer).unwrap(), 0);
-        }
-    }
-}
+mod tests;
