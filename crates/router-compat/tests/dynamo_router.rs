@@ -4,7 +4,8 @@
 //! own `zmq_wire::decode_event_batch` and `ZmqEventNormalizer` (decode, filter, convert) into
 //! its `RadixTree`, and `find_matches` for a request's tokens ranks the node that holds the
 //! request's blocks first, with the overlap in Dynamo's blocks (16-token engine pages); a
-//! removal lowers a node's overlap; after a node is killed and its lease expires, the feed
+//! removal lowers a node's overlap; a node paused past its lease stops ranking and ranks again
+//! once it joins again and re-announces; after a node is killed and its lease expires, the feed
 //! clears it and it no longer ranks.
 //!
 //! Dynamo's full indexer sends events of lower tiers (kvfabric's host tier is `CPU`) to its
@@ -307,7 +308,29 @@ fn dynamo_routes_a_request_to_the_kvfabric_node_holding_its_blocks() {
         router.ranking(&tokens) == [(2, 4 * pages), (3, pages)]
     });
 
-    tracing::info!("phase 4: SIGKILL n2; once its lease expires the feed clears it");
+    tracing::info!(
+        "phase 4: SIGSTOP n3 past its lease: cleared; SIGCONT: it joins again and re-announces"
+    );
+    let signal = |sig: &str, id: u64| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &cluster.pid(id).to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} n{id}");
+    };
+    signal("-STOP", 3);
+    wait_until("the paused n3 to stop ranking", || {
+        router.catch_up(&rt, &replay_ep);
+        router.ranking(&tokens) == [(2, 4 * pages)]
+    });
+    signal("-CONT", 3);
+    wait_until("n3 to rank again after its re-announcement", || {
+        router.catch_up(&rt, &replay_ep);
+        router.ranking(&tokens) == [(2, 4 * pages), (3, pages)]
+    });
+
+    tracing::info!("phase 5: SIGKILL n2; once its lease expires the feed clears it");
     cluster.kill(2);
     wait_until("n2 to stop ranking", || {
         router.catch_up(&rt, &replay_ep);

@@ -12,8 +12,10 @@
 //! When a member's lease expires ([`ClusterFeed::node_down`]), the feed appends, in that
 //! member's stream, one batch of [`EventKind::NodeDown`] of itself (on the ZeroMQ wire an
 //! `AllBlocksCleared`): a router stops ranking a member that can no longer serve. The member's
-//! stream then stays ended until it starts a new epoch (its next start): batches of the ended
-//! epoch that still arrive are dropped, so the stream never contradicts the clear.
+//! stream then stays ended until the member announces what it holds again: its next epoch (a
+//! restart), or the re-announcement (`Epoch` first) a member publishes when it joins the
+//! directory again after its lease expired (a pause; it may carry the sequence number the clear
+//! took). Batches in between are dropped, so the stream never contradicts the clear.
 //!
 //! Where the batches come from: this node's own log ([`ClusterFeed::follow`]) and the other
 //! members' logs, polled over the control channel ([`super::poll`]).
@@ -133,7 +135,8 @@ impl ClusterFeed {
     pub fn accept(&self, node: NodeId, batch: Arc<Batch>) -> bool {
         let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
         let known = ring.origins.get(&node).copied();
-        if let Some(o) = known.filter(|o| o.ended && o.epoch == batch.epoch) {
+        let reannounced = batch.events.first() == Some(&EventKind::Epoch);
+        if let Some(o) = known.filter(|o| o.ended && o.epoch == batch.epoch && !reannounced) {
             // Dropped, but remembered as seen so that pollers move past it.
             if batch.seq >= o.next_seq {
                 ring.origins.insert(
@@ -149,7 +152,10 @@ impl ClusterFeed {
         let take = match known {
             None => true,
             Some(o) if batch.epoch > o.epoch => true,
-            Some(o) if batch.epoch < o.epoch || o.ended => false,
+            Some(o) if batch.epoch < o.epoch => false,
+            // An ended epoch resumes only with a re-announcement (checked above), which may
+            // carry the sequence number the clear took.
+            Some(o) if o.ended => batch.seq + 1 >= o.next_seq,
             Some(o) => batch.seq >= o.next_seq,
         };
         if !take {
@@ -354,17 +360,30 @@ mod tests {
         );
         f.node_down(n2, 7);
         assert!(!f.accept(n2, batch(5, 5)), "the ended epoch stays ended");
+        let reannounce = Arc::new(Batch {
+            seq: 6,
+            epoch: 5,
+            ts: 1.0,
+            events: vec![EventKind::Epoch],
+            payload: Default::default(),
+        });
+        assert!(
+            f.accept(n2, reannounce),
+            "until the member announces itself again"
+        );
+        assert!(f.accept(n2, batch(5, 7)));
+        f.node_down(n2, 8);
         assert!(
             f.accept(n2, batch(6, 0)),
             "a new epoch starts the stream over"
         );
         assert_eq!(f.gaps(), 1);
         let seqs: Vec<u64> = f.buffered_from(0).iter().map(|e| e.feed_seq).collect();
-        assert_eq!(seqs, [0, 1, 2, 3, 4]);
+        assert_eq!(seqs, [0, 1, 2, 3, 4, 5, 6, 7]);
         assert_eq!(f.member_from(n2, 0).len(), 1);
         assert_eq!(f.position(n2), Some((6, 1)));
         f.node_down(NodeId(9), 1);
-        assert_eq!(f.next_seq(), 5, "a member never seen is not cleared");
+        assert_eq!(f.next_seq(), 8, "a member never seen is not cleared");
     }
 
     #[tokio::test]

@@ -359,55 +359,27 @@ impl LocalNode {
     }
 
     /// Attaches the event log and publishes its epoch's first batch: the epoch, then what is
-    /// held now (recovered from disk), `Stored` events per namespace and tier (at most
-    /// [`ANNOUNCE_IDS_MAX`] ids each). Atomic with respect
-    /// to every other change, so no change is missing from or duplicated in the stream.
+    /// held now (recovered from disk), `Stored` events per namespace, tier and token count (at
+    /// most [`ANNOUNCE_IDS_MAX`] ids each; a block with an engine identity gets its own).
+    /// Atomic with respect to every other change, so no change is missing from or duplicated
+    /// in the stream.
     pub fn attach_events(&self, log: Arc<EventLog>) -> Result<(), LocalError> {
         self.with(|l| {
-            // Blocks with an engine identity get an event each (their own hashes); the others
-            // are grouped by namespace, tier and token count.
-            type Group = ([u8; 32], Tier, u32);
-            let mut groups: std::collections::BTreeMap<Group, Vec<BlockId>> =
-                std::collections::BTreeMap::new();
-            let mut engine_blocks = Vec::new();
-            for (ns, id, slot) in l.held.iter() {
-                let tier = l.store.handle(slot)?.tier;
-                let info = l.info_of(&ns, &id);
-                if info.engine.is_some() {
-                    engine_blocks.push((ns.0, tier, id, info));
-                } else {
-                    groups
-                        .entry((ns.0, tier, info.block_tokens))
-                        .or_default()
-                        .push(id);
-                }
-            }
-            let mut events = vec![EventKind::Epoch];
-            for ((ns, tier, tokens), mut ids) in groups {
-                ids.sort();
-                for part in ids.chunks(ANNOUNCE_IDS_MAX) {
-                    events.push(EventKind::Stored {
-                        namespace: NamespaceKey(ns),
-                        tier,
-                        ids: part.to_vec(),
-                        chunk_key: None,
-                        info: BlockInfo::tokens(tokens),
-                    });
-                }
-            }
-            engine_blocks.sort_by_key(|(ns, tier, id, _)| (*ns, *tier, *id));
-            for (ns, tier, id, info) in engine_blocks {
-                events.push(EventKind::Stored {
-                    namespace: NamespaceKey(ns),
-                    tier,
-                    ids: vec![id],
-                    chunk_key: None,
-                    info,
-                });
-            }
-            log.publish(events);
+            log.publish(l.announcement()?);
             l.events = Some(log);
             l.store.record_moves(true);
+            Ok(())
+        })
+    }
+
+    /// Publishes the announcement again (an `Epoch` event, then what is held): a member whose
+    /// lease expired and that joined again tells consumers, which cleared it, what it holds.
+    pub fn reannounce(&self) -> Result<(), LocalError> {
+        self.with(|l| {
+            let events = l.announcement()?;
+            if let Some(log) = &l.events {
+                log.publish(events);
+            }
             Ok(())
         })
     }
@@ -481,6 +453,53 @@ impl Local {
         if let Some(log) = &self.events {
             log.publish(events);
         }
+    }
+
+    /// The epoch's first batch: an `Epoch` event and what is held.
+    fn announcement(&self) -> Result<Vec<EventKind>, LocalError> {
+        let l = self;
+        // Blocks with an engine identity get an event each (their own hashes); the others
+        // are grouped by namespace, tier and token count.
+        type Group = ([u8; 32], Tier, u32);
+        let mut groups: std::collections::BTreeMap<Group, Vec<BlockId>> =
+            std::collections::BTreeMap::new();
+        let mut engine_blocks = Vec::new();
+        for (ns, id, slot) in l.held.iter() {
+            let tier = l.store.handle(slot)?.tier;
+            let info = l.info_of(&ns, &id);
+            if info.engine.is_some() {
+                engine_blocks.push((ns.0, tier, id, info));
+            } else {
+                groups
+                    .entry((ns.0, tier, info.block_tokens))
+                    .or_default()
+                    .push(id);
+            }
+        }
+        let mut events = vec![EventKind::Epoch];
+        for ((ns, tier, tokens), mut ids) in groups {
+            ids.sort();
+            for part in ids.chunks(ANNOUNCE_IDS_MAX) {
+                events.push(EventKind::Stored {
+                    namespace: NamespaceKey(ns),
+                    tier,
+                    ids: part.to_vec(),
+                    chunk_key: None,
+                    info: BlockInfo::tokens(tokens),
+                });
+            }
+        }
+        engine_blocks.sort_by_key(|(ns, tier, id, _)| (*ns, *tier, *id));
+        for (ns, tier, id, info) in engine_blocks {
+            events.push(EventKind::Stored {
+                namespace: NamespaceKey(ns),
+                tier,
+                ids: vec![id],
+                chunk_key: None,
+                info,
+            });
+        }
+        Ok(events)
     }
 
     /// What the events say of a held block (a token count of 0 for one not held).
