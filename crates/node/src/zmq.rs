@@ -87,7 +87,12 @@ pub(crate) async fn start(
         let socket = bind_router("events.zmq_replay", endpoint, "ZeroMQ replay bound").await?;
         let (log2, topic) = (log.clone(), Bytes::from(config.topic.clone().into_bytes()));
         let answer = move |(_, start): Request| {
-            log2.buffered_from(start)
+            let batches = log2.buffered_from(start);
+            let oldest = batches.first().map_or(log2.next_seq(), |b| b.seq);
+            if start < oldest {
+                log2.metrics.gaps.inc();
+            }
+            batches
                 .iter()
                 .map(|b| Replayed {
                     topic: topic.clone(),

@@ -72,7 +72,7 @@ impl Incarnation {
 pub(crate) async fn run(cluster: Arc<Cluster>) {
     let me = NodeId(cluster.me.0);
     let retry = Duration::from_millis(RETRY_MS);
-    let mut rejoining = false;
+    let mut ended: Option<Epoch> = None;
     loop {
         let epoch = loop {
             match cluster.directory.join(me).await {
@@ -98,9 +98,9 @@ pub(crate) async fn run(cluster: Arc<Cluster>) {
                         .incarnation
                         .registered
                         .store(true, Ordering::Release);
-                    if rejoining {
+                    if let Some(old) = ended.take() {
                         // Event consumers cleared this node when its lease expired.
-                        if let Err(e) = cluster.local.reannounce() {
+                        if let Err(e) = cluster.local.reannounce(cluster.me, old.0) {
                             tracing::warn!(error = %e, "re-announcing what is held failed");
                         }
                     }
@@ -118,7 +118,7 @@ pub(crate) async fn run(cluster: Arc<Cluster>) {
                 Ok(_) => {}
                 Err(DirectoryError::Rejected(r)) => {
                     tracing::warn!(reason = ?r, "lease renewal rejected; joining again");
-                    rejoining = true;
+                    ended = Some(epoch);
                     break;
                 }
                 Err(e) => tracing::info!(error = %e, "renewing the lease; will retry"),

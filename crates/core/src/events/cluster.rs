@@ -14,8 +14,9 @@
 //! `AllBlocksCleared`): a router stops ranking a member that can no longer serve. The member's
 //! stream then stays ended until the member announces what it holds again: its next epoch (a
 //! restart), or the re-announcement (`Epoch` first) a member publishes when it joins the
-//! directory again after its lease expired (a pause; it may carry the sequence number the clear
-//! took). Batches in between are dropped, so the stream never contradicts the clear.
+//! directory again after its lease expired (a pause: `LocalNode::reannounce`, whose first batch
+//! takes the sequence number the clear took). Batches in between are dropped, so the stream
+//! never contradicts the clear, and the member's sequence numbers stay increasing.
 //!
 //! Where the batches come from: this node's own log ([`ClusterFeed::follow`]) and the other
 //! members' logs, polled over the control channel ([`super::poll`]).
@@ -48,6 +49,9 @@ struct Origin {
     epoch: u64,
     next_seq: u64,
     ended: bool,
+    /// The latest directory epoch whose expiry this stream already said (the feed's clear or
+    /// the member's own `NodeDown`): a later report of the same expiry is stale.
+    cleared: Option<u64>,
 }
 
 struct FeedRing {
@@ -153,9 +157,7 @@ impl ClusterFeed {
             None => true,
             Some(o) if batch.epoch > o.epoch => true,
             Some(o) if batch.epoch < o.epoch => false,
-            // An ended epoch resumes only with a re-announcement (checked above), which may
-            // carry the sequence number the clear took.
-            Some(o) if o.ended => batch.seq + 1 >= o.next_seq,
+            // An ended epoch resumes only with a re-announcement (checked above).
             Some(o) => batch.seq >= o.next_seq,
         };
         if !take {
@@ -168,12 +170,21 @@ impl ClusterFeed {
         if batch.seq > expected {
             self.gaps.inc();
         }
+        let own_clear = batch.events.iter().find_map(|e| match e {
+            EventKind::NodeDown { node: n, epoch } if *n == node => Some(*epoch),
+            _ => None,
+        });
+        let cleared = match known {
+            Some(o) if o.epoch == batch.epoch => own_clear.max(o.cleared),
+            _ => own_clear,
+        };
         ring.origins.insert(
             node,
             Origin {
                 epoch: batch.epoch,
                 next_seq: batch.seq + 1,
                 ended: false,
+                cleared,
             },
         );
         self.push(&mut ring, node, batch);
@@ -182,10 +193,16 @@ impl ClusterFeed {
 
     /// `node`'s lease expired (its directory epoch `dir_epoch` ended): appends the batch that
     /// clears it in its own stream and ends that stream's epoch. Nothing when the feed never
-    /// saw the member or already ended its epoch.
+    /// saw the member, already ended its epoch, or the stream already said this expiry (the
+    /// member's own `NodeDown` of it, before its re-announcement).
     pub fn node_down(&self, node: NodeId, dir_epoch: u64) {
         let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(o) = ring.origins.get(&node).copied().filter(|o| !o.ended) else {
+        let Some(o) = ring
+            .origins
+            .get(&node)
+            .copied()
+            .filter(|o| !o.ended && o.cleared.is_none_or(|c| c < dir_epoch))
+        else {
             return;
         };
         let ts = SystemTime::now()
@@ -196,6 +213,8 @@ impl ClusterFeed {
             epoch: dir_epoch,
         }];
         let payload = wire::encode_batch(ts, &events, node);
+        // The clear takes the member's next sequence number without using it up: the member's
+        // own batch of that number (its re-announcement, if that comes first) is still fetched.
         let batch = Arc::new(Batch {
             seq: o.next_seq,
             epoch: o.epoch,
@@ -206,9 +225,9 @@ impl ClusterFeed {
         ring.origins.insert(
             node,
             Origin {
-                epoch: o.epoch,
-                next_seq: o.next_seq + 1,
                 ended: true,
+                cleared: Some(dir_epoch),
+                ..o
             },
         );
         self.push(&mut ring, node, batch);
@@ -352,6 +371,11 @@ mod tests {
         f.node_down(n2, 7);
         let last = f.buffered_from(0).pop().unwrap();
         assert_eq!((last.node, last.batch.epoch, last.batch.seq), (n2, 5, 4));
+        assert_eq!(
+            f.position(n2),
+            Some((5, 4)),
+            "the member's batch 4 is still asked for"
+        );
         let v = rmpv::decode::read_value(&mut &last.batch.payload[..]).unwrap();
         let cleared = &v.as_array().unwrap()[1].as_array().unwrap()[0];
         assert_eq!(
@@ -360,15 +384,18 @@ mod tests {
         );
         f.node_down(n2, 7);
         assert!(!f.accept(n2, batch(5, 5)), "the ended epoch stays ended");
-        let reannounce = Arc::new(Batch {
-            seq: 6,
-            epoch: 5,
-            ts: 1.0,
-            events: vec![EventKind::Epoch],
-            payload: Default::default(),
-        });
+        let reannounce = |seq| {
+            Arc::new(Batch {
+                seq,
+                epoch: 5,
+                ts: 1.0,
+                events: vec![EventKind::Epoch],
+                payload: Default::default(),
+            })
+        };
+        assert!(!f.accept(n2, reannounce(5)), "a batch it has seen");
         assert!(
-            f.accept(n2, reannounce),
+            f.accept(n2, reannounce(6)),
             "until the member announces itself again"
         );
         assert!(f.accept(n2, batch(5, 7)));
@@ -382,8 +409,28 @@ mod tests {
         assert_eq!(seqs, [0, 1, 2, 3, 4, 5, 6, 7]);
         assert_eq!(f.member_from(n2, 0).len(), 1);
         assert_eq!(f.position(n2), Some((6, 1)));
+        // A member that said its own expiry and re-announced is not cleared by a late report.
+        let n3 = NodeId(3);
+        assert!(f.accept(n3, batch(1, 0)));
+        let own = Arc::new(Batch {
+            seq: 1,
+            epoch: 1,
+            ts: 1.0,
+            events: vec![EventKind::NodeDown { node: n3, epoch: 4 }],
+            payload: Default::default(),
+        });
+        assert!(f.accept(n3, own));
+        let before = f.next_seq();
+        f.node_down(n3, 4);
+        assert_eq!(f.next_seq(), before, "a stale report of the same expiry");
+        f.node_down(n3, 5);
+        assert_eq!(f.next_seq(), before + 1);
         f.node_down(NodeId(9), 1);
-        assert_eq!(f.next_seq(), 8, "a member never seen is not cleared");
+        assert_eq!(
+            f.next_seq(),
+            before + 1,
+            "a member never seen is not cleared"
+        );
     }
 
     #[tokio::test]

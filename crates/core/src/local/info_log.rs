@@ -8,8 +8,8 @@
 //! JSON`, at most [`INFO_RECORD_BYTES_MAX`]. A later record of a block replaces an earlier
 //! one. Reading stops at the first record that is torn, too long or fails its checksum (a
 //! crash mid-append; everything before it is kept) and the file is rewritten on open with
-//! only the blocks the store still holds, and again whenever it grows past
-//! [`COMPACT_FACTOR`] times its live records (plus [`COMPACT_SLACK_BYTES`]).
+//! only the blocks the store still holds, and again whenever it grows past [`COMPACT_FACTOR`]
+//! times its size after the last rewrite (plus [`COMPACT_SLACK_BYTES`]).
 //!
 //! Appends are not synced: a record lost with the page cache (power loss, not a process
 //! crash) only makes its block's events fall back to the id-derived hash and the header's
@@ -45,6 +45,8 @@ pub(crate) struct InfoLog {
     file: File,
     /// Bytes in the file.
     bytes: u64,
+    /// Bytes it had after the last rewrite (its live records then).
+    base: u64,
 }
 
 fn record(ns: &NamespaceKey, id: &BlockId, info: &BlockInfo) -> Vec<u8> {
@@ -116,6 +118,7 @@ impl InfoLog {
             path,
             file,
             bytes: bytes.len() as u64,
+            base: bytes.len() as u64,
         };
         Ok((log, entries))
     }
@@ -133,9 +136,10 @@ impl InfoLog {
         Ok(())
     }
 
-    /// Whether the file has grown past its bound over `live` records.
-    pub(crate) fn wants_compaction(&self, live: usize) -> bool {
-        self.bytes > COMPACT_FACTOR * (live as u64 * 256) + COMPACT_SLACK_BYTES
+    /// Whether the file has grown past its bound over the live records of the last rewrite
+    /// (so rewrites stay amortised: each follows appends of at least three times its size).
+    pub(crate) fn wants_compaction(&self) -> bool {
+        self.bytes > COMPACT_FACTOR * self.base + COMPACT_SLACK_BYTES
     }
 
     /// Rewrites the file with exactly `entries` (a temporary file renamed over it, synced).
@@ -161,6 +165,7 @@ impl InfoLog {
         std::fs::rename(&tmp, &self.path)?;
         self.file = OpenOptions::new().append(true).open(&self.path)?;
         self.bytes = bytes;
+        self.base = bytes;
         Ok(())
     }
 }
@@ -243,5 +248,30 @@ mod tests {
         let (_, found) = InfoLog::open(dir.path()).unwrap();
         assert_eq!(found.len(), 1);
         assert_eq!(found[&(ns, BlockId([2; 32]))], keep);
+    }
+
+    #[test]
+    fn the_file_is_rewritten_only_after_it_grew_past_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let ns = NamespaceKey::derive("a");
+        let (mut log, _) = InfoLog::open(dir.path()).unwrap();
+        let id = |n: u64| {
+            let mut b = [0u8; 32];
+            b[..8].copy_from_slice(&n.to_le_bytes());
+            BlockId(b)
+        };
+        let mut n = 0u64;
+        while !log.wants_compaction() {
+            log.append(&ns, &id(n), &info(0)).unwrap();
+            n += 1;
+            assert!(n < 1_000_000);
+        }
+        let one = record(&ns, &id(0), &info(0)).len() as u64;
+        assert!(n * one > COMPACT_SLACK_BYTES, "{n} records of {one} bytes");
+        let keep: Vec<(NamespaceKey, BlockId, BlockInfo)> =
+            (0..10).map(|i| (ns, id(i), info(0))).collect();
+        log.rewrite(keep.iter().map(|(a, b, c)| (a, b, c))).unwrap();
+        assert!(!log.wants_compaction());
+        assert_eq!(InfoLog::open(dir.path()).unwrap().1.len(), 10);
     }
 }

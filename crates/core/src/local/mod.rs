@@ -372,12 +372,19 @@ impl LocalNode {
         })
     }
 
-    /// Publishes the announcement again (an `Epoch` event, then what is held): a member whose
-    /// lease expired and that joined again tells consumers, which cleared it, what it holds.
-    pub fn reannounce(&self) -> Result<(), LocalError> {
+    /// A member whose lease expired (directory epoch `ended`) and that joined again tells
+    /// consumers what it holds: one batch saying its lease expired ([`EventKind::NodeDown`] of
+    /// itself: `AllBlocksCleared` on its own ZeroMQ stream), then the announcement again (an
+    /// `Epoch` event and what is held). The first batch takes the sequence number the cluster
+    /// feed gave its own clear of this member, so the announcement always follows it.
+    pub fn reannounce(&self, me: crate::ids::NodeId, ended: u64) -> Result<(), LocalError> {
         self.with(|l| {
             let events = l.announcement()?;
             if let Some(log) = &l.events {
+                log.publish(vec![EventKind::NodeDown {
+                    node: me,
+                    epoch: ended,
+                }]);
                 log.publish(events);
             }
             Ok(())
@@ -525,7 +532,7 @@ impl Local {
             if let Err(e) = log.append(&ns, &id, &info) {
                 tracing::warn!(block = %id, error = %e, "block-info log: append failed");
             }
-            if log.wants_compaction(held.len()) {
+            if log.wants_compaction() {
                 if let Err(e) = log.rewrite(held.infos()) {
                     tracing::warn!(error = %e, "block-info log: rewrite failed");
                 }
