@@ -1,16 +1,21 @@
 //! KV events: one [`EventLog`] per node, fed by the local side (`crate::local`) whenever what
-//! the node holds changes, read by `GET /v1/events` (Server-Sent Events, `http::routes::events`)
-//! and by the optional ZeroMQ publisher of vLLM-compatible KV events ([`zmq`]).
+//! the node holds changes, read by `GET /v1/events` (Server-Sent Events, in the node crate)
+//! and by the node's optional ZeroMQ sockets, in vLLM 0.33.0's wire ([`wire`]).
 //!
 //! The log is a bounded ring of [`Batch`]es with gap-free sequence numbers (0, 1, 2, … within
 //! one epoch), a broadcast to live subscribers, and the node's epoch ([`epoch`]): a counter
 //! persisted in `data_dir` that grows on every start. Sequence numbers restart at 0 with each
 //! epoch (as a restarted vLLM engine's do); the first batch of an epoch (seq 0) announces it:
 //! an [`EventKind::Epoch`] (`AllBlocksCleared` on the ZeroMQ wire) followed by
-//! [`EventKind::Stored`] events per tier and namespace for the blocks recovered from disk, so a
-//! consumer that drops its state for the node on that batch ends up with the node's state.
+//! [`EventKind::Stored`] events for the blocks recovered from disk, so a consumer that drops
+//! its state for the node on that batch ends up with the node's state.
 //! On a cluster node, [`node_down`] adds an [`EventKind::NodeDown`] when a member's lease
 //! expires in the directory.
+//!
+//! What a block is published under ([`engine`]): the engine identity its put carried (page
+//! hashes, parent, token ids, LoRA, group), else a hash of its id; always its token count.
+//! [`cluster`] is the cluster feed (every member's batches in one stream), filled by the
+//! control-channel polls of [`poll`].
 
 pub mod cluster;
 pub mod engine;
