@@ -156,7 +156,14 @@ fn plan<'a>(app: &'a App, headers: &HeaderMap) -> Result<(&'a Fabric, Plan<'a>),
         });
     }
     let form = match headers::position(headers)? {
-        Some(position) => PutForm::Rotated { position },
+        Some(position) => {
+            // A model whose RoPE dims cannot be un-rotated is refused before its body is read.
+            model
+                .layout
+                .check_rotatable()
+                .map_err(ApiError::from_store)?;
+            PutForm::Rotated { position }
+        }
         None => PutForm::Canonical,
     };
     let chunk_keys: Vec<ChunkKey> = [
