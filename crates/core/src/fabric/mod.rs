@@ -13,6 +13,7 @@ mod lookup;
 mod put;
 mod read;
 mod route;
+mod variant;
 mod view;
 
 use std::path::Path;
