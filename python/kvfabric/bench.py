@@ -55,9 +55,8 @@ def _rounds(url: str, blocks, rounds: int):
         client.put(b, MODEL)
     out = np.empty(m.block_bytes, dtype=np.uint8)
     rust, py = [], []
-    for _ in range(rounds):
-        [(put, get)] = _native.node_http_put_get(url, MODEL, m.block_tokens, blocks, 1)
-        rust.append((put, get))
+
+    def python_round():
         t = time.perf_counter()
         ids = [client.put(b, MODEL).block for b in blocks]
         put = time.perf_counter() - t
@@ -65,6 +64,14 @@ def _rounds(url: str, blocks, rounds: int):
         for i in ids:
             client.get_into(i, out, verify=False)
         py.append((put, time.perf_counter() - t))
+
+    for r in range(rounds):
+        # ABBA: neither side always runs first.
+        if r % 2:
+            python_round()
+        rust.extend(_native.node_http_put_get(url, MODEL, m.block_tokens, blocks, 1))
+        if not r % 2:
+            python_round()
     return rust, py
 
 

@@ -88,9 +88,20 @@ def test_saved_through_node1_loads_through_node3_bit_for_bit(
         consumer.close()
 
 
-def test_a_chunked_prefill_saves_each_chunk_once_in_the_step_that_completes_it(cluster):
+def test_a_chunked_prefill_saves_each_chunk_once_in_the_step_that_completes_it(
+    cluster, monkeypatch
+):
     prompt = tokens(123, 3 * B + 3)
     e = Engine(cluster.url(2), 16)
+    sent = []
+    client = e.workers[0].worker.client
+    real_put = client.put
+
+    def recording_put(payload, model, **kw):
+        sent.append(kw)
+        return real_put(payload, model, **kw)
+
+    monkeypatch.setattr(client, "put", recording_put)
     try:
         r = e.request("c", prompt)
         blocks = e.allocate(r)
@@ -103,6 +114,15 @@ def test_a_chunked_prefill_saves_each_chunk_once_in_the_step_that_completes_it(c
         assert e.scheduler.request_finished(r, blocks.get_block_ids()[0]) == (True, None)
         e.wait("finished_sending", "c")
         assert (stats["saved"], stats["save_failed"]) == (3, 0)
+        # Each put carries the engine's view of its block (docs/API.md, engine metadata).
+        by_key = {kw["chunk_key"]: kw["engine"] for kw in sent}
+        keys0 = e.scheduler.scheduler.keys(r, 3)
+        for c in range(3):
+            eng = by_key[keys0[c]]
+            assert list(eng.block_hashes) == r.block_hashes[4 * c : 4 * c + 4]
+            assert eng.parent_hash == (r.block_hashes[4 * c - 1] if c else None)
+            assert list(eng.token_ids) == prompt[c * B : (c + 1) * B]
+            assert eng.page_tokens == 16 and eng.engine.startswith("vllm/")
         keys = e.scheduler.scheduler.keys(e.request("again", prompt), 3)
         found = kvfabric.Client(cluster.url(1)).lookup(keys)
         ids = [kvfabric.block_id("deepseek-v3", _block_of(e, blocks, c)).hex() for c in range(3)]

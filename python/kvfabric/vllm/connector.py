@@ -5,6 +5,7 @@ Loaded by vLLM from its module path::
     --kv-transfer-config '{"kv_connector": "KvFabricConnector",
                            "kv_connector_module_path": "kvfabric.vllm",
                            "kv_role": "kv_both",
+                           "kv_load_failure_policy": "recompute",
                            "kv_connector_extra_config": {"url": "http://127.0.0.1:7101"}}'
 
 The scheduler half is :mod:`kvfabric.vllm.scheduler`, the worker half

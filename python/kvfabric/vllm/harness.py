@@ -44,17 +44,42 @@ TRANSFER_WAIT_S = 120
 init_none_hash(sha256)
 
 
-def vllm_config(url: str, page_tokens: int, tp: int = 1, rank: int = 0, **extra) -> VllmConfig:
+def vllm_config(
+    url: str,
+    page_tokens: int,
+    tp: int = 1,
+    rank: int = 0,
+    model_dir=None,
+    failure_policy: str = "recompute",
+    **extra,
+) -> VllmConfig:
+    """A config with the connector bound to ``url``; with ``model_dir`` (see
+    :func:`tiny_model_dir`) also a model and a scheduler config, as vLLM's Scheduler needs."""
     ktc = KVTransferConfig(
         kv_connector="KvFabricConnector",
         kv_connector_module_path="kvfabric.vllm",
         kv_role="kv_both",
         kv_connector_extra_config={"url": url, "model": MODEL, **extra},
+        kv_load_failure_policy=failure_policy,
     )
+    more = {}
+    if model_dir is not None:
+        from vllm.config import ModelConfig, SchedulerConfig
+
+        more["model_config"] = ModelConfig(
+            model=str(model_dir), skip_tokenizer_init=True, dtype="bfloat16", max_model_len=4096
+        )
+        more["scheduler_config"] = SchedulerConfig(
+            max_num_batched_tokens=4096,
+            max_num_seqs=8,
+            max_model_len=4096,
+            is_encoder_decoder=False,
+        )
     cfg = VllmConfig(
         device_config=DeviceConfig(device="cpu"),
         kv_transfer_config=ktc,
         cache_config=CacheConfig(block_size=page_tokens),
+        **more,
     )
     cfg.parallel_config.tensor_parallel_size = tp
     cfg.parallel_config.rank = rank
@@ -204,3 +229,155 @@ class Engine:
     def close(self):
         for w in self.workers:
             w.shutdown()
+
+
+def tiny_model_dir(root) -> str:
+    """A model directory holding only a DeepSeek-V3-shaped ``config.json`` (the cache
+    geometry of DeepSeek-V3 — 61 layers, ``kv_lora_rank`` 512, ``qk_rope_head_dim`` 64 — with
+    small other dimensions): enough for vLLM's ``ModelConfig`` and ``Scheduler``, which never
+    load weights."""
+    import json
+    import os
+
+    cfg = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "moe_intermediate_size": 128,
+        "num_hidden_layers": V3.num_layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "n_routed_experts": 4,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 2,
+        "first_k_dense_replace": V3.num_layers,
+        "kv_lora_rank": V3.kv_lora_rank,
+        "q_lora_rank": 64,
+        "qk_rope_head_dim": V3.rope_dim,
+        "qk_nope_head_dim": 32,
+        "v_head_dim": 32,
+        "vocab_size": 129280,
+        "max_position_embeddings": 4096,
+        "rope_theta": 10000,
+        "torch_dtype": "bfloat16",
+        "tie_word_embeddings": False,
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+    }
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    return str(root)
+
+
+class SchedulerEngine(Engine):
+    """An :class:`Engine` whose scheduler side is vLLM's own ``Scheduler`` (which builds the
+    connector through the factory and calls every scheduler hook itself); :meth:`run` plays
+    the model runner: the worker hooks, a forward that writes each scheduled token's latent,
+    one sampled token per finished prefill, and ``update_from_output``."""
+
+    def __init__(
+        self, url, model_dir, page_tokens=16, num_pages=64, failure_policy="recompute", **extra
+    ):
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.structured_output import StructuredOutputManager
+
+        super().__init__(url, page_tokens, 1, num_pages, **extra)
+        cfg = vllm_config(
+            url, page_tokens, model_dir=model_dir, failure_policy=failure_policy, **extra
+        )
+        cfg.cache_config.num_gpu_blocks = num_pages  # what profiling would have set
+        self.vllm = Scheduler(cfg, self.kvc, StructuredOutputManager(cfg), block_size=page_tokens)
+        #: (request, position) of every token the forward computed, in order.
+        self.computed: list[tuple[str, int]] = []
+
+    def add(self, rid: str, tokens, seed: int, max_tokens: int = 2) -> Request:
+        """Adds a request to vLLM's scheduler (it stays running for ``max_tokens - 1`` decode
+        steps after its prefill)."""
+        r = Request(
+            rid, list(tokens), SamplingParams(max_tokens=max_tokens), None, block_hasher=self.hasher
+        )
+        self.vllm.add_request(r)
+        self.seed = seed
+        return r
+
+    def latent(self, t: int) -> torch.Tensor:
+        """The latent rows (every layer) the forward writes for position ``t``."""
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + t)
+        return torch.randn(len(LAYERS), WIDTH, generator=g).bfloat16()
+
+    def rows_of(self, req_id: str, start: int, end: int) -> torch.Tensor:
+        """Every layer's cache rows of a running request's tokens ``[start, end)``."""
+        ids = self.vllm.kv_cache_manager.get_block_ids(req_id)[0]
+        return torch.stack(
+            [
+                torch.stack(
+                    [
+                        self.caches[0][layer][ids[t // self.page_tokens], 0, t % self.page_tokens]
+                        for layer in LAYERS
+                    ]
+                )
+                for t in range(start, end)
+            ]
+        )
+
+    def _forward(self, so) -> None:
+        """Writes the latent of every token scheduled (a deterministic function of the seed, the
+        request's prompt and the position), as the attention layers would."""
+        for req_id, n in so.num_scheduled_tokens.items():
+            req = self.vllm.requests[req_id]
+            start = req.num_computed_tokens - n  # schedule() has already counted them
+            ids = self.vllm.kv_cache_manager.get_block_ids(req_id)[0]
+            for t in range(start, start + n):
+                slot_page, row = ids[t // self.page_tokens], t % self.page_tokens
+                rows = self.latent(t)
+                self.computed.append((req_id, t))
+                for caches in self.caches:
+                    for i, layer in enumerate(LAYERS):
+                        caches[layer][slot_page, 0, row] = rows[i]
+
+    def run(self, until, steps_max: int = 200) -> list:
+        """Steps until ``until(self)`` is true; returns the load errors reported on the way."""
+        from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+
+        errors = []
+        for _ in range(steps_max):
+            if until(self):
+                return errors
+            so = self.vllm.schedule()
+            meta = so.kv_connector_metadata
+            outs = []
+            for w in self.workers:
+                w.handle_preemptions(meta)
+                w.bind_connector_metadata(meta)
+                w.start_load_kv(None)
+            self._forward(so)
+            for w in self.workers:
+                w.wait_for_save()
+                res = w.get_transfer_results(so.finished_req_ids)
+                outs.append((res, w.get_block_ids_with_load_errors()))
+                w.clear_connector_metadata()
+            res, bad = outs[0]
+            errors.extend(bad)
+            kv_out = KVConnectorOutput(
+                finished_sending=res.finished_sending or None,
+                finished_recving=res.finished_recving or None,
+                invalid_block_ids=bad,
+                failed_recving=res.failed_recving,
+            )
+            req_ids = list(so.num_scheduled_tokens)
+            sampled = []
+            for rid in req_ids:
+                req = self.vllm.requests[rid]
+                done = req.num_computed_tokens >= req.num_tokens
+                sampled.append([2] if done else [])
+            mro = ModelRunnerOutput(
+                req_ids=req_ids,
+                req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                sampled_token_ids=sampled,
+                kv_connector_output=kv_out,
+            )
+            self.vllm.update_from_output(so, mro)
+            time.sleep(0.01)
+        raise AssertionError(f"not done in {steps_max} steps")

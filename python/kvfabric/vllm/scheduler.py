@@ -26,6 +26,10 @@ from .metadata import KvFabricConnectorMetadata, LoadSpec, SaveSpec
 
 log = logging.getLogger("kvfabric.vllm")
 
+#: Most chunk keys one lookup asks for (the node's default ``limits.max_lookup_keys``): a hit
+#: longer than 65,536 tokens counts its first 1,024 blocks.
+LOOKUP_KEYS_MAX = 1024
+
 
 @dataclass
 class _Hit:
@@ -96,7 +100,7 @@ class SchedulerSide:
         num_chunks = (request.num_tokens - 1) // self.block_tokens
         if num_chunks * self.block_tokens <= num_computed_tokens:
             return 0, False
-        keys = self.keys(request, num_chunks)
+        keys = self.keys(request, min(num_chunks, LOOKUP_KEYS_MAX))
         try:
             results = self.client.lookup(keys)
         except KvFabricError as e:

@@ -69,9 +69,11 @@ class WorkerSide:
         buf = self.pages.new_block()
         try:
             self.client.get_into(block, buf, verify=False)
+            found = _native.block_id(self.model.name, buf.numpy(), self.cfg.namespace).hex()
         except KvFabricError as e:
             return None, f"fetching: {e}"
-        found = _native.block_id(self.model.name, buf.numpy(), self.cfg.namespace).hex()
+        except Exception as e:  # anything else is a failed load too, never a crashed step
+            return None, f"fetching: {type(e).__name__}: {e}"
         if found != block:
             return None, f"verification: the bytes read hash to {found}"
         return buf, None
@@ -92,7 +94,12 @@ class WorkerSide:
                     "kvfabric: %s chunk %d block %s not loaded (%s)", spec.req_id, chunk, block, why
                 )
                 continue
-            self.pages.scatter(buf, spec.page_ids, chunk, first, end)
+            try:
+                self.pages.scatter(buf, spec.page_ids, chunk, first, end)
+            except Exception as e:  # pages possibly half written: reported, so recomputed
+                failed_from = first
+                log.warning("kvfabric: %s chunk %d not copied: %s", spec.req_id, chunk, e)
+                continue
             with self._lock:
                 self.stats["loaded"] += 1
         if failed_from is not None:
@@ -117,19 +124,19 @@ class WorkerSide:
     # -- saves -----------------------------------------------------------------------------
 
     def _save(self, spec: SaveSpec) -> None:
-        buf = self.pages.new_block()
-        self.pages.gather(buf, spec.page_ids, spec.chunk, spec.first_page)
-        engine = EngineBlock(
-            self.engine,
-            spec.engine_hashes,
-            spec.parent_hash,
-            self.page_tokens,
-            spec.token_ids,
-            spec.lora_id,
-        )
         try:
+            buf = self.pages.new_block()
+            self.pages.gather(buf, spec.page_ids, spec.chunk, spec.first_page)
+            engine = EngineBlock(
+                self.engine,
+                spec.engine_hashes,
+                spec.parent_hash,
+                self.page_tokens,
+                spec.token_ids,
+                spec.lora_id,
+            )
             self.client.put(buf, self.model.name, chunk_key=spec.key, engine=engine)
-        except KvFabricError as e:
+        except Exception as e:  # a lost save is a future miss, never a crashed step
             with self._lock:
                 self.stats["save_failed"] += 1
             log.warning("kvfabric: saving %s chunk %d failed: %s", spec.req_id, spec.chunk, e)
