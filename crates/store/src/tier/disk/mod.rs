@@ -75,6 +75,8 @@
 mod compact;
 mod config;
 mod entry;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod recover;
 mod report;
 mod segment;
