@@ -187,16 +187,22 @@ fn scan_segment(dir: &Path, n: u32, counters: &mut DiskCounters) -> Result<Scann
         counters.torn_tails_truncated += 1;
     }
     // Only the last entry can be half-written with its length complete (power loss with
-    // deferred sync): verify it in full. A mismatch there is quarantined by cutting it off.
+    // deferred sync): verify it in full. A mismatch there is quarantined by cutting it off,
+    // together with any bytes skipped before it.
     if let Some(&(offset, h)) = entries.last() {
         if h.kind == EntryKind::Block {
             let (_, found) =
                 seg.read_hashed(offset + ENTRY_HEADER_LEN, h.payload_len, &h.namespace)?;
             if found != h.id {
                 counters.quarantined += 1;
-                seg.truncate(offset)?;
-                seg.sync()?;
                 entries.pop();
+                // Cut right after the entry before it: bytes a resync skipped between the two
+                // would otherwise stay as the tail, with new entries appended after them.
+                let end = entries
+                    .last()
+                    .map_or(SEGMENT_HEADER_LEN, |&(o, prev)| o + prev.entry_len());
+                seg.truncate(end)?;
+                seg.sync()?;
             }
         }
     }
