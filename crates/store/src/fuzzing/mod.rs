@@ -13,3 +13,17 @@ mod input;
 
 pub use crate::tier::disk::fuzzing::{entry as disk_entry, recover as disk_recover};
 pub use input::Input;
+
+/// A fresh directory for a case, in memory where the system has a tmpfs (no disk I/O per
+/// case); removed when dropped.
+pub fn scratch_dir() -> tempfile::TempDir {
+    let shm = std::path::Path::new("/dev/shm");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix("kvfabric-fuzz-");
+    let dir = if shm.is_dir() {
+        builder.tempdir_in(shm)
+    } else {
+        builder.tempdir()
+    };
+    dir.expect("a scratch directory")
+}

@@ -24,7 +24,7 @@ use super::super::segment::{
 };
 use super::super::{DiskConfig, DiskTier, EntryHeader, RecoveredEntry};
 use crate::error::StoreError;
-use crate::fuzzing::Input;
+use crate::fuzzing::{scratch_dir, Input};
 use crate::hash_parallel::TWO_THREADS_MIN_BYTES;
 use crate::id::{Blake3Ids, BlockId, IdHasher, NamespaceKey};
 use crate::tier::TierBackend;
@@ -264,19 +264,6 @@ impl Plan {
         }
         (live, quarantined)
     }
-}
-
-/// A fresh directory, in memory where the system has a tmpfs (no disk I/O per case).
-fn scratch_dir() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    let mut builder = tempfile::Builder::new();
-    builder.prefix("kvfabric-fuzz-");
-    let dir = if shm.is_dir() {
-        builder.tempdir_in(shm)
-    } else {
-        builder.tempdir()
-    };
-    dir.expect("a scratch directory")
 }
 
 /// Checks the properties on `data` (see the module docs).
