@@ -26,6 +26,9 @@ pub mod config;
 pub mod directory;
 pub mod error;
 mod forward;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod ids;
 mod lease;
 pub mod linearizability;

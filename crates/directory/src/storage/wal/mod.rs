@@ -18,6 +18,8 @@
 //! index that readers use while the writer goes on.
 
 mod frame;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod migrate;
 mod segment;
 
