@@ -15,35 +15,8 @@ fn fuzz_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz")
 }
 
-/// Every input of `target`: corpus and regressions, sorted by path.
-fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut out = Vec::new();
-    for kind in ["corpus", "regressions"] {
-        let dir = fuzz_dir().join(kind).join(target);
-        let Ok(items) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for item in items {
-            let path = item.expect("list a corpus").path();
-            let bytes = std::fs::read(&path).expect("read a corpus file");
-            out.push((path, bytes));
-        }
-    }
-    out.sort();
-    out
-}
-
 fn replay(target: &str, run: fn(&[u8])) {
-    let all = inputs(target);
-    assert!(
-        !all.is_empty(),
-        "no corpus for {target} under {:?}",
-        fuzz_dir()
-    );
-    for (path, bytes) in all {
-        let outcome = std::panic::catch_unwind(|| run(&bytes));
-        assert!(outcome.is_ok(), "{target}: {} fails", path.display());
-    }
+    fuzzing::replay(&fuzz_dir(), target, run);
 }
 
 #[test]
