@@ -283,6 +283,24 @@ fn damage_before_the_last_segment_is_refused_not_cut() {
     }
 }
 
+/// Found by the `wal_replay` fuzz target: a purge up to the largest index overflowed (a
+/// panic, or in release builds a purge of nothing).
+#[test]
+fn a_purge_up_to_the_largest_index_purges_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wal");
+    let (mut wal, reader) = open(&path, segment::SEGMENT_BYTES);
+    append(&mut wal, &[log_id(1, 1), log_id(1, 2)]);
+    let last = log_id(1, u64::MAX);
+    wal.stage(Record::Purge(last)).unwrap();
+    wal.commit().unwrap();
+    assert_eq!(all(&reader), []);
+    drop((wal, reader));
+    let (_wal, reader) = open(&path, segment::SEGMENT_BYTES);
+    assert_eq!(all(&reader), []);
+    assert_eq!(reader.state().last_purged, Some(last));
+}
+
 #[test]
 fn a_damaged_entry_is_refused_on_read() {
     let dir = tempfile::tempdir().unwrap();
