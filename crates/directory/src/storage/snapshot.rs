@@ -100,7 +100,7 @@ pub fn decode_snapshot(bytes: &[u8], shard: ShardId) -> Result<ShardState, Direc
     }
     let config = bincode::config::standard().with_limit::<SNAPSHOT_BODY_MAX>();
     let (mut state, used): (ShardState, usize) =
-        bincode::serde::decode_from_slice(body, config).map_err(|e| corrupt(e.to_string()))?;
+        crate::nesting::decode_from_slice(body, config).map_err(|e| corrupt(e.to_string()))?;
     if used != body.len() {
         return Err(corrupt(format!(
             "body of {} bytes expected, found {used} decoded",
