@@ -62,6 +62,9 @@ pub struct NodeConfigFile {
     /// `[route]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<RouteSection>,
+    /// `[arenas]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arenas: Option<ArenasSection>,
     /// `[cluster]`: a standalone node without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterSection>,
@@ -173,6 +176,17 @@ pub struct EventsSection {
     pub extra: BTreeMap<String, toml::Value>,
 }
 
+/// `[arenas]` (every key optional).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ArenasSection {
+    /// Arenas live at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arenas_max: Option<u32>,
+    /// Bytes all live arenas hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_max: Option<Bytes>,
+}
+
 /// `[route]` (every key optional).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RouteSection {
@@ -241,6 +255,7 @@ impl NodeConfigFile {
             tenants: Vec::new(),
             events: None,
             route: None,
+            arenas: None,
             cluster: None,
         }
     }

@@ -1,23 +1,28 @@
 //! [`Fabric`]: the node's use-cases as methods of one type — [`Fabric::put`], [`Fabric::get`],
-//! [`Fabric::head`], [`Fabric::delete`], [`Fabric::lookup`], [`Fabric::route`] — and the
-//! views the API shows (the cluster, readiness, counters).
+//! [`Fabric::head`], [`Fabric::delete`], [`Fabric::lookup`], [`Fabric::route`], the
+//! per-request arenas of hybrid models ([`Fabric::arena_create`] and the rest of [`arena`]) —
+//! and the views the API shows (the cluster, readiness, counters).
 //!
 //! A fabric is built from this node's open store ([`LocalNode`]), its model catalog, an
 //! injected clock and, on a cluster member, its cluster side ([`Cluster`]: the directory
 //! member, the block transport and the control channel). It never knows about HTTP: callers
 //! hand it typed requests and map its [`FabricError`]s onto their own answers.
 
+pub mod arena;
 mod lookup;
 mod put;
 mod read;
 mod route;
+mod variant;
 mod view;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use kvfabric_directory::Clock;
+use kvfabric_store::arena::ArenaLimits;
 
+pub use arena::{ArenaHandle, ArenaLayer, ArenaRows, ArenaStatus, TokenAppended};
 pub use lookup::Resolved;
 pub use put::{PutBody, PutDone, PutFailure, PutRequest};
 pub use read::{Head, Served};
@@ -31,6 +36,7 @@ use crate::events::EventLog;
 use crate::ids::NodeId;
 use crate::local::LocalNode;
 use crate::presets::Catalog;
+use arena::ArenaTable;
 
 /// What a fabric is built from.
 pub struct FabricParts {
@@ -51,6 +57,8 @@ pub struct FabricParts {
     /// The cluster feed, when this node runs one (`events.cluster_feed`): a cluster member
     /// polls every other member's log into it.
     pub feed: Option<Arc<ClusterFeed>>,
+    /// Bounds of the per-request arenas.
+    pub arenas: ArenaLimits,
 }
 
 /// The fabric core of one node.
@@ -61,6 +69,7 @@ pub struct Fabric {
     route: RouteConfig,
     local: Arc<LocalNode>,
     cluster: Option<Arc<Cluster>>,
+    arenas: Mutex<ArenaTable>,
 }
 
 impl Fabric {
@@ -73,6 +82,7 @@ impl Fabric {
             route: parts.route,
             local: parts.local,
             cluster: None,
+            arenas: Mutex::new(ArenaTable::new(parts.arenas)),
         }
     }
 
@@ -104,6 +114,7 @@ impl Fabric {
             route: parts.route,
             local: parts.local,
             cluster: Some(cluster),
+            arenas: Mutex::new(ArenaTable::new(parts.arenas)),
         })
     }
 

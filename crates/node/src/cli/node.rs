@@ -156,6 +156,7 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
                 local: Arc::new(local),
                 events: event_log.clone(),
                 feed: feed.clone(),
+                arenas: config.arenas,
             };
             let fabric = match config.cluster.clone() {
                 None => Ok(Fabric::standalone(parts)),

@@ -49,6 +49,10 @@
 //! host_read_gbps = 80
 //! disk_read_gbps = 16
 //!
+//! [arenas]                          # optional: per-request arenas of hybrid models (arenas.rs)
+//! arenas_max = 64                   # live at once
+//! bytes_max = "1 GiB"               # held by all of them together
+//!
 //! [cluster]                         # optional: standalone without it; every key in cluster.rs
 //! certs_dir = "/tmp/kvfabric/certs" # from `kvfabric certs --out DIR --nodes N`
 //! replication = 2                   # optional: copies a put waits for
@@ -59,6 +63,7 @@
 //! raft = "127.0.0.1:7301"
 //! ```
 
+mod arenas;
 mod bytes;
 mod cluster;
 pub(crate) mod events;
@@ -70,6 +75,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use kvfabric_store::arena::ArenaLimits;
 use kvfabric_store::{ConfigError, StoreConfig};
 
 use kvfabric_core::presets::Catalog;
@@ -108,6 +114,8 @@ pub(crate) struct NodeConfig {
     pub(crate) events: EventsConfig,
     /// The cost model of `POST /v1/route`.
     pub(crate) route: RouteConfig,
+    /// Bounds of the per-request arenas (`[arenas]`).
+    pub(crate) arenas: ArenaLimits,
 }
 
 /// Bounds on what the HTTP API accepts.

@@ -28,6 +28,8 @@ pub(crate) struct RawConfig {
     pub(crate) events: RawEvents,
     #[serde(default)]
     pub(crate) route: RawRoute,
+    #[serde(default)]
+    pub(crate) arenas: RawArenas,
 }
 
 /// `[node]`.
@@ -177,4 +179,12 @@ pub(crate) struct RawRoute {
     pub(crate) gpu_read_gbps: Option<f64>,
     pub(crate) host_read_gbps: Option<f64>,
     pub(crate) disk_read_gbps: Option<f64>,
+}
+
+/// `[arenas]`: bounds of the per-request arenas; every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawArenas {
+    pub(crate) arenas_max: Option<u32>,
+    pub(crate) bytes_max: Option<ByteSize>,
 }
