@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 
+use kvfabric_progress::{Progress, Unit};
+
 use super::{down, layout, procs, DIR_DEFAULT};
 
 /// Most nodes `up` starts.
@@ -172,6 +174,16 @@ fn wait_ready(
         .into();
     let start = Instant::now();
     let mut ready = vec![false; nodes.len()];
+    let bar = Progress::new("cluster up", nodes.len() as u64, Unit::Items("nodes ready"));
+    let waiting = |ready: &[bool]| -> Vec<String> {
+        nodes
+            .iter()
+            .zip(ready)
+            .filter(|(_, r)| !**r)
+            .map(|(n, _)| format!("n{}", n.id))
+            .collect()
+    };
+    bar.message(format!("waiting for {}", waiting(&ready).join(", ")));
     loop {
         for (i, n) in nodes.iter().enumerate() {
             if ready[i] {
@@ -188,30 +200,30 @@ fn wait_ready(
             }
             if probe(&agent, &n.api()) {
                 ready[i] = true;
-                println!(
-                    "n{} ready at {} ({} of {}, {:.1} s)",
-                    n.id,
-                    n.api(),
-                    ready.iter().filter(|r| **r).count(),
-                    nodes.len(),
-                    start.elapsed().as_secs_f64()
-                );
+                bar.inc(1);
+                bar.message(format!("waiting for {}", waiting(&ready).join(", ")));
+                // The result lines stay on standard output (scripts read them).
+                bar.suspend(|| {
+                    println!(
+                        "n{} ready at {} ({} of {}, {:.1} s)",
+                        n.id,
+                        n.api(),
+                        ready.iter().filter(|r| **r).count(),
+                        nodes.len(),
+                        start.elapsed().as_secs_f64()
+                    )
+                });
             }
         }
         if ready.iter().all(|r| *r) {
+            bar.finish();
             return Ok(());
         }
         if start.elapsed() >= limit {
-            let waiting: Vec<_> = nodes
-                .iter()
-                .zip(&ready)
-                .filter(|(_, r)| !**r)
-                .map(|(n, _)| format!("n{}", n.id))
-                .collect();
             anyhow::bail!(
                 "not ready within {} s: {}",
                 limit.as_secs(),
-                waiting.join(", ")
+                waiting(&ready).join(", ")
             );
         }
         std::thread::sleep(Duration::from_millis(POLL_MS));
