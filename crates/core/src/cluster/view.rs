@@ -84,6 +84,8 @@ pub struct ClusterMetrics {
     pub epoch: u64,
     /// Members whose lease is current here.
     pub members_healthy: u64,
+    /// Members this node knows of (the Raft membership's voters and learners).
+    pub members: u64,
     /// Raft RPCs that got a response / failed.
     pub raft_calls_ok: u64,
     /// Raft RPCs that failed.
@@ -203,6 +205,7 @@ impl Cluster {
                 .iter()
                 .filter(|mm| self.is_live(mm.id, now_ms))
                 .count() as u64,
+            members: self.config.members.len() as u64,
             raft_calls_ok: c.calls_ok.load(Ordering::Relaxed),
             raft_calls_failed: c.calls_failed.load(Ordering::Relaxed),
             raft_served: c.served.load(Ordering::Relaxed),
