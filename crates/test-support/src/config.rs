@@ -62,6 +62,9 @@ pub struct NodeConfigFile {
     /// `[route]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<RouteSection>,
+    /// `[operator]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<OperatorSection>,
     /// `[cluster]`: a standalone node without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterSection>,
@@ -181,6 +184,13 @@ pub struct RouteSection {
     pub default_bandwidth_gbps: Option<f64>,
 }
 
+/// `[operator]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OperatorSection {
+    /// The operator's bearer token.
+    pub token: String,
+}
+
 /// `[cluster]`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClusterSection {
@@ -238,6 +248,7 @@ impl NodeConfigFile {
             tenants: Vec::new(),
             events: None,
             route: None,
+            operator: None,
             cluster: None,
         }
     }

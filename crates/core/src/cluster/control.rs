@@ -6,7 +6,8 @@
 //! body of at most [`CONTROL_FRAME_BYTES_MAX`] bytes each way. Requests:
 //! [`ControlRequest::Replicate`], "fetch block `block` of `namespace` from member `from` over
 //! the block transport, verify, install, register yourself as an owner, then answer", and
-//! [`ControlRequest::Usage`], "report your tiers (and the bandwidths you measured)".
+//! [`ControlRequest::Usage`], "report your tiers (and the bandwidths you measured, and your
+//! counters)".
 
 use kvfabric_store::{BlockId, NamespaceKey};
 use serde::{Deserialize, Serialize};
@@ -64,6 +65,10 @@ pub enum ControlResponse {
         /// member that predates them).
         #[serde(default)]
         inbound: Vec<crate::cluster::bandwidth::InboundLink>,
+        /// The member's counters, for the operator's dashboard (absent from a member that
+        /// predates them).
+        #[serde(default)]
+        stats: Option<crate::cluster::stats::MemberStats>,
     },
     /// The request was refused or failed.
     Refused {

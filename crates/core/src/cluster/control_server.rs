@@ -1,6 +1,7 @@
 //! The callee side of the control channel: what a member does when another asks it to take
 //! a verified copy of a block (the peer side of `replication`) or to report its tiers (for
-//! `GET /v1/cluster`, with the bandwidths it measured into itself, for `POST /v1/route`).
+//! `GET /v1/cluster`, with the bandwidths it measured into itself, for `POST /v1/route`, and
+//! its counters, for the operator's dashboard).
 
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
@@ -9,6 +10,7 @@ use kvfabric_store::{BlockId, NamespaceKey};
 use kvfabric_transport::PeerAddr;
 
 use super::control::{ControlHandler, ControlRequest, ControlResponse, TierUsageView};
+use super::stats::MemberStats;
 use super::Cluster;
 use crate::ids::NodeId;
 use crate::local::LocalNode;
@@ -25,10 +27,23 @@ impl ControlServer {
         ControlServer { cluster, local }
     }
 
-    /// This node's tiers.
-    fn usage(&self) -> Vec<TierUsageView> {
-        match self.local.snapshot() {
-            Ok(s) => s
+    /// This node's tiers and counters.
+    fn usage(&self) -> ControlResponse {
+        let cluster = self.cluster.upgrade();
+        let inbound = cluster
+            .as_ref()
+            .map(|c| c.bandwidth.inbound())
+            .unwrap_or_default();
+        let Ok(s) = self.local.snapshot() else {
+            return ControlResponse::Usage {
+                tiers: Vec::new(),
+                inbound,
+                stats: None,
+            };
+        };
+        let transport = cluster.as_ref().map(|c| c.transport.counters());
+        ControlResponse::Usage {
+            tiers: s
                 .usage
                 .iter()
                 .map(|u| TierUsageView {
@@ -38,7 +53,12 @@ impl ControlServer {
                     blocks: u.blocks,
                 })
                 .collect(),
-            _ => Vec::new(),
+            inbound,
+            stats: Some(MemberStats::of(
+                &s,
+                self.local.reads_not_found(),
+                transport.as_ref(),
+            )),
         }
     }
 
@@ -116,14 +136,7 @@ impl ControlHandler for ControlServer {
                         }
                     }
                 },
-                ControlRequest::Usage => ControlResponse::Usage {
-                    tiers: self.usage(),
-                    inbound: self
-                        .cluster
-                        .upgrade()
-                        .map(|c| c.bandwidth.inbound())
-                        .unwrap_or_default(),
-                },
+                ControlRequest::Usage => self.usage(),
             }
         })
     }

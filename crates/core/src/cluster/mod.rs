@@ -27,6 +27,7 @@ pub(crate) mod remote_get;
 pub(crate) mod repair;
 pub(crate) mod replication;
 pub(crate) mod source;
+pub mod stats;
 pub(crate) mod tier_sync;
 pub mod view;
 

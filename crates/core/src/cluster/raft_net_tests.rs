@@ -106,6 +106,7 @@ impl ControlHandler for Answer {
                 ControlRequest::Usage => ControlResponse::Usage {
                     tiers: Vec::new(),
                     inbound: Vec::new(),
+                    stats: None,
                 },
             }
         })

@@ -22,6 +22,15 @@ use kvfabric_transport::CountersSnapshot;
 use super::Cluster;
 use crate::ids::NodeId;
 
+/// What another member reported of itself.
+#[derive(Debug, Clone, Default)]
+pub struct PeerUsage {
+    /// Its tiers.
+    pub tiers: Vec<TierUsageView>,
+    /// Its counters (absent from a member that predates them).
+    pub stats: Option<super::stats::MemberStats>,
+}
+
 /// One member as this node sees it.
 #[derive(Debug, Clone)]
 pub struct MemberView {
@@ -109,9 +118,9 @@ impl Cluster {
             .read(|s| crate::decide::liveness::is_live(s.node(id).as_ref(), now_ms))
     }
 
-    /// The tiers of the other live members, by id (those that answered in time); their
-    /// bandwidth reports go to the bandwidth table.
-    pub(crate) async fn peer_tiers(&self) -> HashMap<NodeId, Vec<TierUsageView>> {
+    /// The tiers (and counters) of the other live members, by id (those that answered in
+    /// time); their bandwidth reports go to the bandwidth table.
+    pub(crate) async fn peer_tiers(&self) -> HashMap<NodeId, PeerUsage> {
         let now_ms = self.clock.now_ms();
         let limit = Duration::from_millis(PEER_USAGE_TIMEOUT_MS);
         let mut calls = JoinSet::new();
@@ -129,10 +138,18 @@ impl Cluster {
         }
         let mut out = HashMap::new();
         while let Some(joined) = calls.join_next().await {
-            if let Ok((id, Ok(ControlResponse::Usage { tiers, inbound }))) = joined {
+            if let Ok((
+                id,
+                Ok(ControlResponse::Usage {
+                    tiers,
+                    inbound,
+                    stats,
+                }),
+            )) = joined
+            {
                 self.bandwidth
                     .update_peer(id, inbound, std::time::Instant::now());
-                out.insert(id, tiers);
+                out.insert(id, PeerUsage { tiers, stats });
             }
         }
         out

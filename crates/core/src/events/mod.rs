@@ -109,6 +109,9 @@ pub struct Subscription {
     pub replay: Vec<Arc<Batch>>,
     /// Batches published after the snapshot.
     pub live: broadcast::Receiver<Arc<Batch>>,
+    /// The sequence number the stream expects first: `since`, or (live only) the next one to
+    /// be published, taken under the same lock as the subscription so nothing falls between.
+    pub next: u64,
     /// Changes to `true` when the node shuts down.
     pub closed: watch::Receiver<bool>,
 }
@@ -213,6 +216,7 @@ impl EventLog {
         Ok(Subscription {
             replay,
             live: self.tx.subscribe(),
+            next: since.unwrap_or(ring.next_seq),
             closed: self.closed.subscribe(),
         })
     }

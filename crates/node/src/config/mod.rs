@@ -49,6 +49,9 @@
 //! host_read_gbps = 80
 //! disk_read_gbps = 16
 //!
+//! [operator]                        # optional: who sees the dashboard, changes membership
+//! token = "…"                       # (operator.rs)
+//!
 //! [cluster]                         # optional: standalone without it; every key in cluster.rs
 //! certs_dir = "/tmp/kvfabric/certs" # from `kvfabric certs --out DIR --nodes N`
 //! replication = 2                   # optional: copies a put waits for
@@ -62,6 +65,7 @@
 mod bytes;
 mod cluster;
 mod events;
+mod operator;
 mod raw;
 mod route;
 mod validate;
@@ -77,6 +81,7 @@ use kvfabric_core::NodeId;
 
 pub(crate) use events::EventsConfig;
 pub(crate) use kvfabric_core::config::{ClusterConfig, RouteConfig};
+pub(crate) use operator::OperatorToken;
 
 /// Largest config file read, in bytes.
 pub(crate) const CONFIG_FILE_BYTES_MAX: u64 = 1 << 20;
@@ -108,6 +113,8 @@ pub(crate) struct NodeConfig {
     pub(crate) events: EventsConfig,
     /// The cost model of `POST /v1/route`.
     pub(crate) route: RouteConfig,
+    /// The operator's token (`[operator]`), if any.
+    pub(crate) operator: Option<OperatorToken>,
 }
 
 /// Bounds on what the HTTP API accepts.

@@ -28,6 +28,8 @@ pub(crate) struct RawConfig {
     pub(crate) events: RawEvents,
     #[serde(default)]
     pub(crate) route: RawRoute,
+    #[serde(default)]
+    pub(crate) operator: Option<RawOperator>,
 }
 
 /// `[node]`.
@@ -174,4 +176,11 @@ pub(crate) struct RawRoute {
     pub(crate) gpu_read_gbps: Option<f64>,
     pub(crate) host_read_gbps: Option<f64>,
     pub(crate) disk_read_gbps: Option<f64>,
+}
+
+/// `[operator]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawOperator {
+    pub(crate) token: String,
 }

@@ -102,6 +102,12 @@ pub(crate) enum ApiError {
     /// The token may not use the namespace it asked for.
     #[error("this token may not {0} that namespace")]
     NamespaceForbidden(&'static str),
+    /// An operator route asked with a tenant's token.
+    #[error("operator routes need the operator's token ([operator] token), not a tenant's")]
+    OperatorOnly,
+    /// An operator route on a node with tenants and no operator token.
+    #[error("this node has tenants and no [operator] token: its operator routes are off")]
+    OperatorDisabled,
     /// No such block visible to the caller (the same answer whether it is absent or another
     /// tenant's).
     #[error("block not found")]
@@ -180,7 +186,7 @@ impl ApiError {
             | ModelRequired(_)
             | BodyRead(_) => StatusCode::BAD_REQUEST,
             MissingToken | InvalidToken => StatusCode::UNAUTHORIZED,
-            NamespaceForbidden(_) => StatusCode::FORBIDDEN,
+            NamespaceForbidden(_) | OperatorOnly | OperatorDisabled => StatusCode::FORBIDDEN,
             NotFound | RouteNotFound => StatusCode::NOT_FOUND,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
@@ -220,6 +226,8 @@ impl ApiError {
             MissingToken => "missing_token",
             InvalidToken => "invalid_token",
             NamespaceForbidden(_) => "namespace_forbidden",
+            OperatorOnly => "operator_only",
+            OperatorDisabled => "operator_disabled",
             NotFound => "not_found",
             RouteNotFound => "route_not_found",
             MethodNotAllowed => "method_not_allowed",

@@ -10,6 +10,7 @@ mod body;
 pub(crate) mod errors;
 mod headers;
 pub(crate) mod metrics;
+pub(crate) mod operator;
 mod routes;
 pub(crate) mod serve;
 pub(crate) mod tenancy;
@@ -39,6 +40,8 @@ pub(crate) struct App {
     pub(crate) catalog: Arc<Catalog>,
     /// Tokens and namespaces.
     pub(crate) tenancy: Tenancy,
+    /// Who may use the operator routes.
+    pub(crate) operator: operator::Operator,
     /// Request limits.
     pub(crate) limits: Limits,
     /// This node's metrics.

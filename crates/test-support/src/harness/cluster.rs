@@ -139,6 +139,26 @@ impl Cluster {
         Self::reply(self.agent.get(format!("{}{path}", self.api(id))).call())
     }
 
+    /// The operator token `cluster up` wrote.
+    pub fn operator_token(&self) -> String {
+        let path = self.dir.path().join("operator.token");
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+            .trim()
+            .to_owned()
+    }
+
+    /// GET `path` on node `id` with the operator token; `None` if it did not answer.
+    pub fn operator_get(&self, id: u64, path: &str) -> Option<Reply> {
+        let auth = format!("Bearer {}", self.operator_token());
+        Self::reply(
+            self.agent
+                .get(format!("{}{path}", self.api(id)))
+                .header("authorization", &auth)
+                .call(),
+        )
+    }
+
     /// PUT `body` to `path` on node `id` with `headers`.
     pub fn put(&self, id: u64, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Option<Reply> {
         let mut req = self.agent.put(format!("{}{path}", self.api(id)));

@@ -1,9 +1,10 @@
 //! `kvfabric cluster up|down`: a local cluster of separate `kvfabric node` processes.
 //!
-//! `up` writes everything into one directory ([`layout`]): certificates (`certs/`), one
-//! config per node (`nodeN.toml`), data directories (`nodeN/`), logs (`nodeN.log`) and pid
-//! files (`nodeN.pid`); starts the nodes, waits until every `/readyz` answers 200 and prints
-//! each node's API address. `down` stops the processes its pid files name (SIGTERM, then
+//! `up` writes everything into one directory ([`layout`]): certificates (`certs/`), the
+//! operator token (`operator.token`, also in every config's `[operator]`), one config per node
+//! (`nodeN.toml`), data directories (`nodeN/`), logs (`nodeN.log`) and pid files
+//! (`nodeN.pid`); starts the nodes, waits until every `/readyz` answers 200 and prints each
+//! node's API address and the dashboard's URL. `down` stops the processes its pid files name (SIGTERM, then
 //! SIGKILL after a bound) and fails with a reason if one survives.
 
 pub mod down;

@@ -71,6 +71,8 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
     }
     kvfabric_transport::generate_cluster(&dir.join("certs"), a.nodes)
         .context("generating certificates")?;
+    let token = layout::new_operator_token()?;
+    layout::write_operator_token(&dir, &token)?;
     let nodes = layout::plan(a.nodes)?;
     for n in &nodes {
         let path = layout::config_path(&dir, n.id);
@@ -83,6 +85,7 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
                 a.replication,
                 &a.host_bytes,
                 &a.cluster_set,
+                &token,
             )
             .to_toml(&format!(
                 "Written by `kvfabric cluster up`; node {} of {}.",
@@ -114,6 +117,13 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
     }
     for n in &nodes {
         println!("n{} {}", n.id, n.api());
+    }
+    if let Some(n) = nodes.first() {
+        println!(
+            "dashboard {}/dashboard#token={token} (the operator token is in {})",
+            n.api(),
+            layout::operator_token_path(&dir).display()
+        );
     }
     println!(
         "ready; stop with `kvfabric cluster down --dir {}`",

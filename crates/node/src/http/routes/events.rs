@@ -98,8 +98,19 @@ pub(crate) async fn events(
     uri: Uri,
 ) -> Result<Response, ApiError> {
     let read = app.tenancy.caller(&headers)?.read(&headers)?;
+    stream_events(&app, &headers, &uri, read)
+}
+
+/// A stream of the events of namespaces `read` (every `epoch` and `node_down` too), from
+/// where `headers` and `uri` say.
+pub(super) fn stream_events(
+    app: &AppState,
+    headers: &HeaderMap,
+    uri: &Uri,
+    read: Vec<NamespaceKey>,
+) -> Result<Response, ApiError> {
     let log = app.events.clone();
-    let since = start(&log, &headers, &uri)?;
+    let since = start(&log, headers, uri)?;
     let Ok(permit) = app.sse_slots.clone().try_acquire_owned() else {
         log.metrics.refused.inc();
         return Err(ApiError::TooManySubscribers(app.sse_max));
@@ -122,7 +133,7 @@ pub(crate) async fn events(
     let state = Stream {
         log,
         read,
-        next: since.unwrap_or(0),
+        next: sub.next,
         replay: sub.replay.into(),
         live: sub.live,
         closed: sub.closed,
