@@ -1,5 +1,6 @@
 //! The callee side of the control channel: what a member does when another asks it to take
-//! a verified copy of a block (the peer side of `replication`) or to report its tiers (for
+//! a verified copy of a block (the peer side of `replication`), to describe itself (a member
+//! added at run time) or to drain before it leaves (`drain`) or to report its tiers (for
 //! `GET /v1/cluster`, with the bandwidths it measured into itself, for `POST /v1/route`, and
 //! its counters, for the operator's dashboard).
 
@@ -62,6 +63,39 @@ impl ControlServer {
         }
     }
 
+    /// Who this member is and whether it is ready.
+    fn describe(&self) -> ControlResponse {
+        let Some(cluster) = self.cluster.upgrade() else {
+            return refused("shutting_down", "the node is stopping");
+        };
+        match cluster.me_member() {
+            Some(m) => ControlResponse::Member {
+                id: m.id.0,
+                api: m.api,
+                transport: m.transport,
+                raft: m.raft,
+                ready: cluster.ready().is_ok(),
+            },
+            None => refused("not_configured", "this node's config does not list it"),
+        }
+    }
+
+    /// The leaving member's drain: started by the first request, its progress.
+    fn drain(&self) -> ControlResponse {
+        let Some(cluster) = self.cluster.upgrade() else {
+            return refused("shutting_down", "the node is stopping");
+        };
+        match cluster.drain() {
+            Ok(p) => ControlResponse::Drained {
+                held: p.held,
+                copied: p.copied,
+                remaining: p.remaining,
+                done: p.done,
+            },
+            Err(message) => refused("store", &message),
+        }
+    }
+
     /// The peer side of replication: fetch, verify, install, register, then answer.
     async fn take_copy(
         &self,
@@ -85,7 +119,6 @@ impl ControlServer {
             Some((tier, _)) => tier,
             None => {
                 let m = cluster
-                    .config
                     .member(NodeId(from))
                     .ok_or(("unknown_member", format!("n{from} is not a member")))?;
                 let peer = PeerAddr::new(m.cert_name(), m.transport);
@@ -113,6 +146,13 @@ impl ControlServer {
     }
 }
 
+fn refused(code: &str, message: &str) -> ControlResponse {
+    ControlResponse::Refused {
+        code: code.to_owned(),
+        message: message.to_owned(),
+    }
+}
+
 impl ControlHandler for ControlServer {
     fn handle(
         &self,
@@ -137,6 +177,8 @@ impl ControlHandler for ControlServer {
                     }
                 },
                 ControlRequest::Usage => self.usage(),
+                ControlRequest::Describe => self.describe(),
+                ControlRequest::Drain => self.drain(),
             }
         })
     }

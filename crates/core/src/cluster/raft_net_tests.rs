@@ -108,6 +108,10 @@ impl ControlHandler for Answer {
                     inbound: Vec::new(),
                     stats: None,
                 },
+                ControlRequest::Describe | ControlRequest::Drain => ControlResponse::Refused {
+                    code: "test".into(),
+                    message: "not served by the test handler".into(),
+                },
             }
         })
     }

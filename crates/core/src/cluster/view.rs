@@ -47,7 +47,7 @@ pub struct MemberView {
 /// The cluster as this node sees it.
 #[derive(Debug, Clone)]
 pub struct ClusterView {
-    /// Every configured member, by id.
+    /// Every member (the Raft membership's voters and learners), by id.
     pub members: Vec<MemberView>,
     /// The leader this node knows of.
     pub leader: Option<NodeId>,
@@ -124,7 +124,7 @@ impl Cluster {
         let now_ms = self.clock.now_ms();
         let limit = Duration::from_millis(PEER_USAGE_TIMEOUT_MS);
         let mut calls = JoinSet::new();
-        for m in &self.config.members {
+        for m in &self.members() {
             if m.id == self.me || !self.is_live(m.id, now_ms) {
                 continue;
             }
@@ -162,8 +162,7 @@ impl Cluster {
         let leader = metrics.current_leader.map(|l| NodeId(l.0));
         let now_ms = self.clock.now_ms();
         let members = self
-            .config
-            .members
+            .members()
             .iter()
             .map(|m| {
                 let d = DirNodeId(m.id.0);
@@ -207,6 +206,7 @@ impl Cluster {
 
     /// The numbers for `/metrics`.
     pub(crate) fn metrics(&self) -> ClusterMetrics {
+        let members = self.members();
         let m = self.directory.metrics();
         let now_ms = self.clock.now_ms();
         let c = self.raft_net.counters();
@@ -216,13 +216,11 @@ impl Cluster {
             last_applied: m.last_applied.map_or(0, |l| l.index),
             last_log: m.last_log_index.unwrap_or(0),
             epoch: self.incarnation.epoch().map_or(0, |e| e.0),
-            members_healthy: self
-                .config
-                .members
+            members_healthy: members
                 .iter()
                 .filter(|mm| self.is_live(mm.id, now_ms))
                 .count() as u64,
-            members: self.config.members.len() as u64,
+            members: members.len() as u64,
             raft_calls_ok: c.calls_ok.load(Ordering::Relaxed),
             raft_calls_failed: c.calls_failed.load(Ordering::Relaxed),
             raft_served: c.served.load(Ordering::Relaxed),

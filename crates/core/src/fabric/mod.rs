@@ -1,6 +1,7 @@
 //! [`Fabric`]: the node's use-cases as methods of one type — [`Fabric::put`], [`Fabric::get`],
-//! [`Fabric::head`], [`Fabric::delete`], [`Fabric::lookup`], [`Fabric::route`] — and the
-//! views the API shows (the cluster, readiness, counters).
+//! [`Fabric::head`], [`Fabric::delete`], [`Fabric::lookup`], [`Fabric::route`] — the live
+//! membership changes ([`Fabric::add_member`], [`Fabric::remove_member`]) and the views the
+//! API shows (the cluster, readiness, counters).
 //!
 //! A fabric is built from this node's open store ([`LocalNode`]), its model catalog, an
 //! injected clock and, on a cluster member, its cluster side ([`Cluster`]: the directory
@@ -8,6 +9,7 @@
 //! hand it typed requests and map its [`FabricError`]s onto their own answers.
 
 mod lookup;
+mod members;
 mod put;
 mod read;
 mod route;

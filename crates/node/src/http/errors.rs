@@ -164,6 +164,12 @@ pub(crate) enum ApiError {
     /// `GET /v1/events` beyond `events.max_sse_subscribers` open streams.
     #[error("the node is at its limit of {0} event streams; retry later")]
     TooManySubscribers(u32),
+    /// A membership change that is not allowed as asked.
+    #[error("{0}")]
+    MembershipRefused(String),
+    /// A membership change that did not complete within its bound (what was done stays).
+    #[error("{0}")]
+    MembershipIncomplete(String),
 }
 
 impl ApiError {
@@ -196,7 +202,9 @@ impl ApiError {
             | ClusterNotReady(_)
             | ReplicationIncomplete { .. }
             | DirectoryUnavailable(_)
-            | TooManySubscribers(_) => StatusCode::SERVICE_UNAVAILABLE,
+            | TooManySubscribers(_)
+            | MembershipIncomplete(_) => StatusCode::SERVICE_UNAVAILABLE,
+            MembershipRefused(_) => StatusCode::CONFLICT,
             ReplayGap { .. } => StatusCode::GONE,
             StoreFull(_) => StatusCode::INSUFFICIENT_STORAGE,
             UnknownGeometry | Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -240,6 +248,8 @@ impl ApiError {
             Internal => "internal",
             ReplayGap { .. } => "replay_gap",
             TooManySubscribers(_) => "too_many_subscribers",
+            MembershipRefused(_) => "membership_refused",
+            MembershipIncomplete(_) => "membership_incomplete",
         }
     }
 
@@ -290,6 +300,8 @@ impl ApiError {
             FabricError::DirectoryUnavailable(m) => ApiError::DirectoryUnavailable(m),
             FabricError::UnknownGeometry => ApiError::UnknownGeometry,
             FabricError::ModelRequired(m) => ApiError::ModelRequired(m),
+            FabricError::MembershipRefused(m) => ApiError::MembershipRefused(m),
+            FabricError::MembershipIncomplete(m) => ApiError::MembershipIncomplete(m),
         }
     }
 }

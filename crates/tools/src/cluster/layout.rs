@@ -101,16 +101,17 @@ fn free_udp() -> anyhow::Result<SocketAddr> {
 
 /// Picks ports for `nodes` nodes.
 pub fn plan(nodes: u32) -> anyhow::Result<Vec<NodeLayout>> {
-    (1..=u64::from(nodes))
-        .map(|id| {
-            Ok(NodeLayout {
-                id,
-                http: free_tcp()?,
-                transport: free_udp()?,
-                raft: free_udp()?,
-            })
-        })
-        .collect()
+    (1..=u64::from(nodes)).map(plan_one).collect()
+}
+
+/// Picks ports for node `id`.
+pub fn plan_one(id: u64) -> anyhow::Result<NodeLayout> {
+    Ok(NodeLayout {
+        id,
+        http: free_tcp()?,
+        transport: free_udp()?,
+        raft: free_udp()?,
+    })
 }
 
 /// The config of `node` in a cluster of `all`, with data under `dir` and the operator's

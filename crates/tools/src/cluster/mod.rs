@@ -1,4 +1,5 @@
-//! `kvfabric cluster up|down`: a local cluster of separate `kvfabric node` processes.
+//! `kvfabric cluster up|down|add|remove`: a local cluster of separate `kvfabric node`
+//! processes, grown and shrunk while it runs ([`members`]).
 //!
 //! `up` writes everything into one directory ([`layout`]): certificates (`certs/`), the
 //! operator token (`operator.token`, also in every config's `[operator]`), one config per node
@@ -9,6 +10,7 @@
 
 pub mod down;
 pub mod layout;
+pub mod members;
 pub mod procs;
 pub mod up;
 
@@ -32,6 +34,12 @@ enum ClusterCommand {
     Up(up::UpArgs),
     /// Stop the node processes of a cluster started by `up`.
     Down(DownArgs),
+    /// Add a member to the running cluster: certificate, config, process, then a learner
+    /// that catches up and becomes a voter.
+    Add(members::AddArgs),
+    /// Remove a member from the running cluster: a learner, drained (its blocks copied to
+    /// the voters), out of the group, then its process stopped.
+    Remove(members::RemoveArgs),
 }
 
 /// Arguments of `kvfabric cluster down`.
@@ -50,5 +58,7 @@ pub fn run(a: ClusterArgs) -> anyhow::Result<()> {
     match a.command {
         ClusterCommand::Up(a) => up::run(a),
         ClusterCommand::Down(a) => down::run(&a.dir, a.grace_s),
+        ClusterCommand::Add(a) => members::add(a),
+        ClusterCommand::Remove(a) => members::remove(a),
     }
 }

@@ -58,7 +58,7 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
         .dir
         .canonicalize()
         .with_context(|| format!("resolving {}", a.dir.display()))?;
-    for id in 1..=u64::from(NODES_MAX) {
+    for id in 1..=u64::from(NODES_MAX) * 4 {
         if let Some(pid) = procs::read_pid(&layout::pid_path(&dir, id))? {
             if procs::is_node(pid, &layout::config_path(&dir, id)) {
                 anyhow::bail!(
@@ -134,7 +134,7 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
 
 /// Starts node `id` in its own process group (so a Ctrl-C of `up` does not reach it), with
 /// its output in its log file, and writes its pid file.
-fn spawn(dir: &Path, id: u64) -> anyhow::Result<Child> {
+pub(super) fn spawn(dir: &Path, id: u64) -> anyhow::Result<Child> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("locating the kvfabric binary")?;
     let log_path = layout::log_path(dir, id);

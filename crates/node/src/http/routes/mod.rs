@@ -13,6 +13,8 @@
 //! | `GET /v1/events` (`?since=SEQ`, `Last-Event-ID`) | 200 `text/event-stream` | 400, 401, 403, 410 `replay_gap`, 503 `too_many_subscribers` |
 //! | `GET /v1/operator/overview` | 200 members with tiers and counters, links (operator) | 401, 403 `operator_only`/`operator_disabled` |
 //! | `GET /v1/operator/events` | 200 `text/event-stream`, every namespace (operator) | as `/v1/events`, 401, 403 |
+//! | `POST /v1/operator/members` | 200 the member added (a voter), voters and learners (operator) | 400, 401, 403, 409 `membership_refused`, 503 `membership_incomplete` |
+//! | `DELETE /v1/operator/members/{id}` | 200 the member drained and removed (operator) | 400, 401, 403, 409, 503 |
 //! | `GET /dashboard` (`/dashboard/app.js`, `app.css`, `favicon.svg`) | 200 the operator's page (static, no data) | |
 //! | `GET /metrics` | 200 OpenMetrics text | |
 //! | `GET /healthz` | 200 while the process serves | |
@@ -38,11 +40,12 @@ mod dashboard;
 mod events;
 mod info;
 mod lookup;
+mod members;
 mod operator;
 mod put;
 mod route;
 
-use axum::routing::{get, post, put};
+use axum::routing::{delete, get, post, put};
 use axum::Router;
 
 use super::errors::ApiError;
@@ -65,6 +68,8 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/events", get(events::events))
         .route("/v1/operator/overview", get(operator::overview))
         .route("/v1/operator/events", get(operator::events))
+        .route("/v1/operator/members", post(members::add))
+        .route("/v1/operator/members/{id}", delete(members::remove))
         .route("/dashboard", get(dashboard::index))
         .route("/dashboard/app.js", get(dashboard::script))
         .route("/dashboard/app.css", get(dashboard::style))
