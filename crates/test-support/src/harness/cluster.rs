@@ -365,6 +365,53 @@ impl Cluster {
         self.restarted.push(child);
     }
 
+    /// `kvfabric cluster add`: a new member (the next id) joins as a learner, catches up and
+    /// becomes a voter; its id. Panics with the command's output if it fails.
+    pub fn add_member(&mut self) -> u64 {
+        let out = self.cluster_command("add", &[]);
+        let (ok, text) = &out;
+        assert!(ok, "cluster add failed:\n{text}");
+        let (id, api) = text
+            .lines()
+            .find_map(|l| {
+                let mut parts = l.split_whitespace();
+                let (id, api) = (parts.next()?, parts.next()?);
+                let n = id.strip_prefix('n')?.parse::<u64>().ok()?;
+                (api.starts_with("http://") && parts.next().is_none()).then(|| (n, api.to_owned()))
+            })
+            .unwrap_or_else(|| panic!("no `nN http://…` line in:\n{text}"));
+        if self.apis.len() < id as usize {
+            self.apis.resize(id as usize, String::new());
+        }
+        self.apis[id as usize - 1] = api;
+        id
+    }
+
+    /// `kvfabric cluster remove --node ID` (drain included): its exit status and output.
+    pub fn remove_member(&mut self, id: u64) -> (bool, String) {
+        self.cluster_command("remove", &["--node", &id.to_string()])
+    }
+
+    fn cluster_command(&self, sub: &str, extra: &[&str]) -> (bool, String) {
+        let out = self
+            .bin
+            .command()
+            .args(["cluster", sub, "--dir"])
+            .arg(self.path())
+            .args(extra)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("running cluster {sub}: {e}"));
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    }
+
     /// `kvfabric cluster down`: its exit status and output.
     pub fn down(&mut self) -> (bool, String) {
         let out = self
