@@ -89,16 +89,12 @@ def f32_hex(v):
 
 
 def from_hexes(s):
-    return [
-        struct.unpack(">f", bytes.fromhex(s[i : i + 8]))[0] for i in range(0, len(s), 8)
-    ]
+    return [struct.unpack(">f", bytes.fromhex(s[i : i + 8]))[0] for i in range(0, len(s), 8)]
 
 
 def hexes(t):
     """A row of float32 values as one string: 8 hex digits (IEEE-754 bits) per value."""
-    return "".join(
-        f32_hex(v) for v in t.detach().to(torch.float32).reshape(-1).tolist()
-    )
+    return "".join(f32_hex(v) for v in t.detach().to(torch.float32).reshape(-1).tolist())
 
 
 def bf16_rows(rng, rows, dims):
@@ -126,8 +122,7 @@ def mla_config(entry):
         # the key is absent (max_position_embeddings / original_max_position_embeddings).
         scaling.setdefault(
             "factor",
-            cfg["max_position_embeddings"]
-            / scaling["original_max_position_embeddings"],
+            cfg["max_position_embeddings"] / scaling["original_max_position_embeddings"],
         )
         return transformers.MiniCPM3Config(**cfg), transformers.MiniCPM3ForCausalLM
     raise SystemExit(f"unknown class {entry['class']}")
@@ -148,9 +143,7 @@ def mla_rotate(entry, config, rotary, k, positions):
         return out
     cos, sin = rotary(k, pos)
     if entry["class"] == "deepseek_v3":
-        assert config.rope_interleave, (
-            "DeepSeek-V3 checkpoints ship interleaved RoPE weights"
-        )
+        assert config.rope_interleave, "DeepSeek-V3 checkpoints ship interleaved RoPE weights"
         _, out = ds3.apply_rotary_pos_emb_interleave(k, k, cos, sin)
         half = out.shape[-1] // 2
         return torch.stack((out[..., :half], out[..., half:]), dim=-1).flatten(-2)
@@ -258,9 +251,7 @@ def v4_compressed(entry, rng):
         index_canon = None
         if attn.layer_type == "compressed_sparse_attention":
             index_canon = bf16_rows(rng, windows, comp.indexer.head_dim)
-            hooks.append(
-                comp.indexer.kv_norm.register_forward_hook(Substitute(index_canon))
-            )
+            hooks.append(comp.indexer.kv_norm.register_forward_hook(Substitute(index_canon)))
         rows = [0, windows - 1]
         orig = config.rope_parameters["compress"]["original_max_position_embeddings"]
         starts = [0, block, orig - block, orig, config.max_position_embeddings - block]
@@ -309,12 +300,8 @@ def hybrid_entry(entry, rng):
     for layer in model.model.layers:
         attn_rope[layer.self_attn.layer_type] = layer.self_attn.rope_layer_type
     # Sliding-window-only layers: the model's own attention class, built for such a layer.
-    swa_config = v4_config(
-        {"config": {**entry["config"], "compress_ratios": [0, 0]}}, 1
-    )
-    attn_rope["sliding_attention"] = ds4.DeepseekV4Attention(
-        swa_config, 0
-    ).rope_layer_type
+    swa_config = v4_config({"config": {**entry["config"], "compress_ratios": [0, 0]}}, 1)
+    attn_rope["sliding_attention"] = ds4.DeepseekV4Attention(swa_config, 0).rope_layer_type
     ropes = {}
     for name in rotary.layer_types:
         ropes[name] = {
@@ -377,13 +364,12 @@ def close(path, a, b, errors):
     if len(va) != len(vb):
         errors.append(f"{path}: {len(va)} values != {len(vb)}")
         return
-    scale = max(max(abs(v) for v in va), 1e-30)
+    scale = max((abs(v) for v in va), default=0.0)
+    scale = max(scale, 1e-30)
     ulp = math.ldexp(1.0, math.frexp(scale)[1] - 24)
-    worst = max(abs(x - y) for x, y in zip(va, vb))
+    worst = max(abs(x - y) for x, y in zip(va, vb, strict=True))
     if worst > 4 * ulp:
-        errors.append(
-            f"{path}: differs by {worst:.3g} (> 4 float32 ulps of {scale:.3g})"
-        )
+        errors.append(f"{path}: differs by {worst:.3g} (> 4 float32 ulps of {scale:.3g})")
 
 
 def compare(path, a, b, errors, floats=False):
@@ -395,7 +381,7 @@ def compare(path, a, b, errors, floats=False):
         for k in a:
             compare(f"{path}.{k}", a[k], b[k], errors, k in FLOATS)
     elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             compare(f"{path}[{i}]", x, y, errors, floats)
     elif floats and isinstance(a, str) and isinstance(b, str):
         close(path, a, b, errors)
@@ -406,9 +392,7 @@ def compare(path, a, b, errors, floats=False):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     g = ap.add_mutually_exclusive_group(required=True)
-    g.add_argument(
-        "--generate", metavar="FILE", help="write the vectors to FILE ('-': stdout)"
-    )
+    g.add_argument("--generate", metavar="FILE", help="write the vectors to FILE ('-': stdout)")
     g.add_argument("--check", metavar="FILE", help="regenerate and compare with FILE")
     args = ap.parse_args()
     doc = generate()
@@ -432,9 +416,7 @@ def main():
         for e in errors[:20]:
             print("  " + e, file=sys.stderr)
         return 1
-    print(
-        f"{args.check}: matches the models' own code (transformers {transformers.__version__})"
-    )
+    print(f"{args.check}: matches the models' own code (transformers {transformers.__version__})")
     return 0
 
 

@@ -2,6 +2,7 @@
 //! boundary. Each variant says what was expected and what was found; the node maps them onto
 //! its HTTP statuses and codes.
 
+use kvfabric_store::arena::ArenaError;
 use kvfabric_store::{BlockId, StoreError};
 
 use crate::local::LocalError;
@@ -57,6 +58,16 @@ pub enum FabricError {
         /// What was expected and found, or the I/O error.
         reason: String,
     },
+    /// A per-request arena refused: its model, a layer, a row's length, a group's state, or
+    /// the table's bounds (an unknown arena is [`FabricError::NotFound`]).
+    #[error(transparent)]
+    Arena(ArenaError),
+    /// The arena is visible to the caller (a shared namespace) but not theirs to change.
+    #[error("this caller may not change arenas of that namespace")]
+    ArenaForbidden,
+    /// The OS's random source failed (arena handles are drawn from it).
+    #[error("random source: {0}")]
+    Random(String),
     /// A route whose model was not named and could not be inferred.
     #[error("{0}")]
     ModelRequired(String),
@@ -67,6 +78,16 @@ pub enum FabricError {
     /// asking again resumes from there.
     #[error("membership change incomplete: {0}")]
     MembershipIncomplete(String),
+}
+
+impl From<ArenaError> for FabricError {
+    fn from(e: ArenaError) -> FabricError {
+        match e {
+            // Ids are handles the table resolves first: a stale one is an absent arena.
+            ArenaError::UnknownArena(_) => FabricError::NotFound,
+            other => FabricError::Arena(other),
+        }
+    }
 }
 
 impl From<LocalError> for FabricError {

@@ -1,7 +1,7 @@
 //! kvfabric's fabric core: the use-cases of a node, without HTTP.
 //!
 //! Owns: [`Fabric`], the one type whose methods are the node's use-cases (put, get, head,
-//! delete, lookup, route) and views ([`fabric`]); the local side — the tiered store with what
+//! delete, lookup, route, the per-request arenas of hybrid models) and views ([`fabric`]); the local side — the tiered store with what
 //! this node holds and the chunk keys put on it ([`local`]); the node's KV event log
 //! ([`events`]); the cluster side — membership and leases, replication, cross-node gets,
 //! re-replication, tier sync, the control protocol, the Raft network and the measured

@@ -65,6 +65,9 @@ pub struct NodeConfigFile {
     /// `[operator]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator: Option<OperatorSection>,
+    /// `[arenas]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arenas: Option<ArenasSection>,
     /// `[cluster]`: a standalone node without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterSection>,
@@ -173,6 +176,17 @@ pub struct EventsSection {
     pub topic: Option<String>,
 }
 
+/// `[arenas]` (every key optional).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ArenasSection {
+    /// Arenas live at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arenas_max: Option<u32>,
+    /// Bytes all live arenas hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_max: Option<Bytes>,
+}
+
 /// `[route]` (every key optional).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RouteSection {
@@ -249,6 +263,7 @@ impl NodeConfigFile {
             events: None,
             route: None,
             operator: None,
+            arenas: None,
             cluster: None,
         }
     }

@@ -1,25 +1,30 @@
 //! [`Fabric`]: the node's use-cases as methods of one type — [`Fabric::put`], [`Fabric::get`],
-//! [`Fabric::head`], [`Fabric::delete`], [`Fabric::lookup`], [`Fabric::route`] — the live
-//! membership changes ([`Fabric::add_member`], [`Fabric::remove_member`]) and the views the
-//! API shows (the cluster, readiness, counters).
+//! [`Fabric::head`], [`Fabric::delete`], [`Fabric::lookup`], [`Fabric::route`], the
+//! per-request arenas of hybrid models ([`Fabric::arena_create`] and the rest of [`arena`]),
+//! the live membership changes ([`Fabric::add_member`], [`Fabric::remove_member`]) — and the
+//! views the API shows (the cluster, readiness, counters).
 //!
 //! A fabric is built from this node's open store ([`LocalNode`]), its model catalog, an
 //! injected clock and, on a cluster member, its cluster side ([`Cluster`]: the directory
 //! member, the block transport and the control channel). It never knows about HTTP: callers
 //! hand it typed requests and map its [`FabricError`]s onto their own answers.
 
+pub mod arena;
 mod lookup;
 mod members;
 mod put;
 mod read;
 mod route;
+mod variant;
 mod view;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use kvfabric_directory::Clock;
+use kvfabric_store::arena::ArenaLimits;
 
+pub use arena::{ArenaHandle, ArenaLayer, ArenaRows, ArenaStatus, TokenAppended};
 pub use lookup::Resolved;
 pub use put::{PutBody, PutDone, PutFailure, PutRequest};
 pub use read::{Head, Served};
@@ -32,6 +37,7 @@ use crate::events::EventLog;
 use crate::ids::NodeId;
 use crate::local::LocalNode;
 use crate::presets::Catalog;
+use arena::ArenaTable;
 
 /// What a fabric is built from.
 pub struct FabricParts {
@@ -49,6 +55,8 @@ pub struct FabricParts {
     pub local: Arc<LocalNode>,
     /// The node's event log (a cluster member adds `node_down` events to it).
     pub events: Arc<EventLog>,
+    /// Bounds of the per-request arenas.
+    pub arenas: ArenaLimits,
 }
 
 /// The fabric core of one node.
@@ -59,6 +67,7 @@ pub struct Fabric {
     route: RouteConfig,
     local: Arc<LocalNode>,
     cluster: Option<Arc<Cluster>>,
+    arenas: Mutex<ArenaTable>,
 }
 
 impl Fabric {
@@ -71,6 +80,7 @@ impl Fabric {
             route: parts.route,
             local: parts.local,
             cluster: None,
+            arenas: Mutex::new(ArenaTable::new(parts.arenas)),
         }
     }
 
@@ -99,6 +109,7 @@ impl Fabric {
             route: parts.route,
             local: parts.local,
             cluster: Some(cluster),
+            arenas: Mutex::new(ArenaTable::new(parts.arenas)),
         })
     }
 

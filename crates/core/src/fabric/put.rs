@@ -2,6 +2,11 @@
 //! ownership (and chunk keys) recorded in the directory, and its copies made on other
 //! members before it is acknowledged.
 //!
+//! A put whose bytes collide with another block's id (a dedup collision, a security signal)
+//! is sealed as a block of its own, a later *variant* of that id on this node: its answer
+//! names the variant, it is held here only (not replicated, not registered, its chunk keys not
+//! recorded: all of them name a block by id, which reads as variant 0).
+//!
 //! The body arrives piece by piece through [`PutBody`] (the store lock is taken per piece,
 //! never across a read); any refusal after the first byte cancels the reservation, so arena
 //! room is never leaked.
@@ -54,6 +59,9 @@ pub struct PutDone {
     pub tier: Tier,
     /// Verified copies on distinct nodes, this one's included.
     pub replicas: u32,
+    /// Which of this node's blocks under `id` it is (0 unless a dedup collision made it
+    /// another block: read it with this variant; see [`Fabric::get_variant`]).
+    pub variant: u32,
 }
 
 /// Why a put failed: its body, or the fabric.
@@ -105,7 +113,10 @@ impl Fabric {
         };
         tracing::debug!(block = %sealed.id, model = %g.name, dedup = sealed.dedup.name(), "sealed");
         let replicas = match &self.cluster {
+            // A later variant is this node's alone: the directory and a peer's copy name a
+            // block by id, which reads as variant 0 (other bytes).
             None => REPLICAS_LOCAL,
+            Some(_) if sealed.variant > 0 => REPLICAS_LOCAL,
             Some(cluster) => {
                 cluster
                     .claim_put(req.ns, sealed.id, sealed.tier, &req.chunk_keys)
@@ -128,6 +139,7 @@ impl Fabric {
             bytes: sealed.bytes,
             tier: sealed.tier,
             replicas,
+            variant: sealed.variant,
         })
     }
 }

@@ -41,6 +41,12 @@ impl Held {
         self.map.get(&(*ns, *id))
     }
 
+    /// The slots of a held block, in the order they were sealed (more than one only after a
+    /// dedup collision: a block's variants).
+    pub(crate) fn slots(&self, ns: &NamespaceKey, id: &BlockId) -> Option<&[SlotId]> {
+        self.map.get(&(*ns, *id)).map(|b| b.slots.as_slice())
+    }
+
     /// The held block, if any, for changing.
     pub(crate) fn get_mut(&mut self, ns: &NamespaceKey, id: &BlockId) -> Option<&mut HeldBlock> {
         self.map.get_mut(&(*ns, *id))

@@ -19,7 +19,7 @@ mod put;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use kvfabric_store::{
-    BlockId, NamespaceKey, Store, StoreConfig, StoreCounters, StoreError, Tier, TierMove,
+    BlockId, NamespaceKey, SlotId, Store, StoreConfig, StoreCounters, StoreError, Tier, TierMove,
     TierUsage, VerifiedBlock, HEADER_LEN,
 };
 use tokio::sync::mpsc;
@@ -194,25 +194,69 @@ impl LocalNode {
         })
     }
 
+    /// Reads the `variant`-th block this node holds under `id` (in the order they were sealed;
+    /// more than one only after a dedup collision) from the first namespace of `read` that
+    /// holds it. `None` when there is no such block; variant 0 is [`LocalNode::get`].
+    pub fn get_variant(
+        &self,
+        read: &[NamespaceKey],
+        id: &BlockId,
+        variant: u32,
+    ) -> Result<Option<(VerifiedBlock, Tier)>, LocalError> {
+        if variant == 0 {
+            return self.get(read, id);
+        }
+        self.with(|l| {
+            let Some((ns, slot)) = l.variant_slot(read, id, variant) else {
+                return Ok(None);
+            };
+            match l.store.get_slot(slot) {
+                Ok(found) => Ok(Some(found)),
+                // Quarantined (its bytes did not verify): this variant is gone.
+                Err(StoreError::Corrupt { .. }) | Err(StoreError::StaleSlot(_)) => {
+                    l.forget_slot(&ns, id, slot);
+                    Ok(None)
+                }
+                Err(e) => Err(e.into()),
+            }
+        })
+    }
+
     /// Where `id` sits and its payload length, without reading it.
     pub fn head(
         &self,
         read: &[NamespaceKey],
         id: &BlockId,
     ) -> Result<Option<(Tier, u64)>, LocalError> {
+        self.head_variant(read, id, 0)
+    }
+
+    /// [`LocalNode::head`] of the `variant`-th block held under `id` (see
+    /// [`LocalNode::get_variant`]).
+    pub fn head_variant(
+        &self,
+        read: &[NamespaceKey],
+        id: &BlockId,
+        variant: u32,
+    ) -> Result<Option<(Tier, u64)>, LocalError> {
         self.with(|l| {
             let Some(ns) = l.find(read, id) else {
                 return Ok(None);
             };
-            match l.store.slots_of(id, &ns).first() {
+            let slot = match variant {
+                0 => l.store.slots_of(id, &ns).first().copied(),
+                v => l.variant_slot(read, id, v).map(|(_, s)| s),
+            };
+            match slot {
                 Some(slot) => {
-                    let h = l.store.handle(*slot)?;
+                    let h = l.store.handle(slot)?;
                     Ok(Some((h.tier, h.len.0.saturating_sub(HEADER_LEN as u64))))
                 }
-                None => {
+                None if variant == 0 => {
                     l.forget(&ns, id);
                     Ok(None)
                 }
+                None => Ok(None),
             }
         })
     }
@@ -409,6 +453,33 @@ impl Local {
             }
         }
         found
+    }
+
+    /// The namespace of `read` holding `id` and the slot of its `variant`-th block.
+    fn variant_slot(
+        &self,
+        read: &[NamespaceKey],
+        id: &BlockId,
+        variant: u32,
+    ) -> Option<(NamespaceKey, SlotId)> {
+        let ns = self.find(read, id)?;
+        let slot = *self.held.slots(&ns, id)?.get(variant as usize)?;
+        Some((ns, slot))
+    }
+
+    /// Forgets one slot of a held block whose bytes are gone from the store (quarantined);
+    /// the block itself when it was the last.
+    fn forget_slot(&mut self, ns: &NamespaceKey, id: &BlockId, slot: SlotId) {
+        let last = match self.held.get_mut(ns, id) {
+            Some(b) => {
+                b.slots.retain(|s| *s != slot);
+                b.slots.is_empty()
+            }
+            None => false,
+        };
+        if last {
+            self.forget(ns, id);
+        }
     }
 
     /// Drops the node's references on a held block and frees what nothing else uses.

@@ -40,6 +40,9 @@ pub(crate) struct Sealed {
     pub(crate) bytes: ByteCount,
     /// The tier it landed in.
     pub(crate) tier: Tier,
+    /// Which of the blocks held under its id it is, in the order they were sealed: 0, unless
+    /// a dedup collision (same id, other bytes) made this one another block.
+    pub(crate) variant: u32,
 }
 
 /// One put in progress.
@@ -121,8 +124,17 @@ impl<'a> PutSession<'a> {
             if !l.held.insert(ns, s.id, s.slot) {
                 l.store.release(s.slot)?;
             }
-            for k in chunk_keys {
-                l.chunks.record(&mut l.held, ns, *k, s.id);
+            let variant = l
+                .held
+                .slots(&ns, &s.id)
+                .and_then(|slots| slots.iter().position(|x| *x == s.slot))
+                .unwrap_or(0) as u32;
+            // A key names a block by id, which reads as variant 0: a later variant's keys
+            // would hand out other bytes, so they are not recorded.
+            if variant == 0 {
+                for k in chunk_keys {
+                    l.chunks.record(&mut l.held, ns, *k, s.id);
+                }
             }
             if newly {
                 l.emit(EventKind::Stored {
@@ -138,6 +150,7 @@ impl<'a> PutSession<'a> {
                 dedup: s.dedup,
                 bytes: s.bytes,
                 tier,
+                variant,
             })
         })?;
         Ok(sealed)

@@ -148,6 +148,7 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
                 clock: Arc::new(SystemClock),
                 local: Arc::new(local),
                 events: event_log.clone(),
+                arenas: config.arenas,
             };
             let fabric = match config.cluster.clone() {
                 None => Ok(Fabric::standalone(parts)),

@@ -51,6 +51,9 @@
 //!
 //! [operator]                        # optional: who sees the dashboard, changes membership
 //! token = "…"                       # (operator.rs)
+//! [arenas]                          # optional: per-request arenas of hybrid models (arenas.rs)
+//! arenas_max = 64                   # live at once
+//! bytes_max = "1 GiB"               # held by all of them together
 //!
 //! [cluster]                         # optional: standalone without it; every key in cluster.rs
 //! certs_dir = "/tmp/kvfabric/certs" # from `kvfabric certs --out DIR --nodes N`
@@ -62,6 +65,7 @@
 //! raft = "127.0.0.1:7301"
 //! ```
 
+mod arenas;
 mod bytes;
 mod cluster;
 mod events;
@@ -74,6 +78,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use kvfabric_store::arena::ArenaLimits;
 use kvfabric_store::{ConfigError, StoreConfig};
 
 use kvfabric_core::presets::Catalog;
@@ -115,6 +120,8 @@ pub(crate) struct NodeConfig {
     pub(crate) route: RouteConfig,
     /// The operator's token (`[operator]`), if any.
     pub(crate) operator: Option<OperatorToken>,
+    /// Bounds of the per-request arenas (`[arenas]`).
+    pub(crate) arenas: ArenaLimits,
 }
 
 /// Bounds on what the HTTP API accepts.

@@ -30,6 +30,8 @@ pub(crate) struct RawConfig {
     pub(crate) route: RawRoute,
     #[serde(default)]
     pub(crate) operator: Option<RawOperator>,
+    #[serde(default)]
+    pub(crate) arenas: RawArenas,
 }
 
 /// `[node]`.
@@ -183,4 +185,12 @@ pub(crate) struct RawRoute {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawOperator {
     pub(crate) token: String,
+}
+
+/// `[arenas]`: bounds of the per-request arenas; every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawArenas {
+    pub(crate) arenas_max: Option<u32>,
+    pub(crate) bytes_max: Option<ByteSize>,
 }

@@ -432,3 +432,30 @@ fn the_operator_token_is_optional_bounded_and_its_own() {
         .expect_err("unknown keys are refused");
     assert!(e.to_string().contains('x'), "{e}");
 }
+
+#[test]
+fn arena_bounds_default_and_are_checked_against_the_hybrid_presets() {
+    let c = parse_str(GOOD).unwrap().config;
+    assert_eq!(c.arenas.arenas_max, 64);
+    assert_eq!(c.arenas.bytes_max.0, 1 << 30);
+    let c = parse_str(&format!(
+        "{GOOD}\n[arenas]\narenas_max = 3\nbytes_max = \"16 MiB\"\n"
+    ))
+    .unwrap()
+    .config;
+    assert_eq!((c.arenas.arenas_max, c.arenas.bytes_max.0), (3, 16 << 20));
+    let (key, reason) = rejected(&format!("{GOOD}\n[arenas]\narenas_max = 0\n"));
+    assert_eq!(key, "arenas.arenas_max");
+    assert!(reason.contains("found 0"), "{reason}");
+    // Less than one V4-Pro arena (the largest of the embedded hybrid presets): no V4-Pro
+    // request could ever get one.
+    let (key, reason) = rejected(&format!("{GOOD}\n[arenas]\nbytes_max = 6852095\n"));
+    assert_eq!(key, "arenas.bytes_max");
+    assert!(
+        reason.contains("deepseek-v4-pro") && reason.contains("6852096 B"),
+        "{reason}"
+    );
+    let (key, reason) = rejected(&format!("{GOOD}\n[arenas]\nwindow = 3\n"));
+    assert_eq!(key, "arenas.window");
+    assert!(reason.contains("unknown field"), "{reason}");
+}

@@ -120,6 +120,7 @@ impl Check<'_> {
         let limits = self.limits(&raw.limits, smallest, largest)?;
         let (namespaces, tenants) = self.tenancy(raw.namespaces, raw.tenants)?;
         let route = super::route::check(self, &raw.route)?;
+        let arenas = super::arenas::check(self, &raw.arenas, &catalog)?;
         let cluster = match raw.cluster {
             None => None,
             Some(c) => Some(self.cluster(node_id, c)?),
@@ -145,6 +146,7 @@ impl Check<'_> {
             events,
             route,
             operator,
+            arenas,
         };
         Ok(Loaded { config, catalog })
     }

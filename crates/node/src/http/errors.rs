@@ -7,6 +7,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use kvfabric_store::arena::ArenaError;
 use kvfabric_store::StoreError;
 use serde::Serialize;
 
@@ -61,6 +62,19 @@ pub(crate) enum ApiError {
         /// Largest accepted.
         max: u64,
     },
+    /// A position asked of a model whose blocks hold RoPE dims that cannot be re-rotated
+    /// (the message names the layer, the region and why).
+    #[error("{0}")]
+    PositionShiftUnsupported(String),
+    /// An arena id that is not 32 hex digits.
+    #[error("arena id: {0}")]
+    InvalidArenaId(String),
+    /// A layer in a path that is not a non-negative integer.
+    #[error("layer: {0}")]
+    InvalidLayer(String),
+    /// A per-request arena refused (its status and code per [`ArenaError`] variant).
+    #[error(transparent)]
+    Arena(ArenaError),
     /// A block id that is not 64 hex digits.
     #[error("block id: {0}")]
     InvalidBlockId(String),
@@ -190,7 +204,11 @@ impl ApiError {
             | InvalidJson(_)
             | TooManyKeys { .. }
             | ModelRequired(_)
+            | PositionShiftUnsupported(_)
+            | InvalidArenaId(_)
+            | InvalidLayer(_)
             | BodyRead(_) => StatusCode::BAD_REQUEST,
+            Arena(e) => arena_status(e),
             MissingToken | InvalidToken => StatusCode::UNAUTHORIZED,
             NamespaceForbidden(_) | OperatorOnly | OperatorDisabled => StatusCode::FORBIDDEN,
             NotFound | RouteNotFound => StatusCode::NOT_FOUND,
@@ -222,6 +240,10 @@ impl ApiError {
             TokenCount { .. } => "token_count",
             PayloadLength { .. } => "payload_length",
             PositionOutOfRange { .. } => "position_out_of_range",
+            PositionShiftUnsupported(_) => "position_shift_unsupported",
+            InvalidArenaId(_) => "invalid_arena_id",
+            InvalidLayer(_) => "invalid_layer",
+            Arena(e) => arena_code(e),
             InvalidBlockId(_) => "invalid_block_id",
             InvalidChunkKey(_) => "invalid_chunk_key",
             InvalidQuery(_) => "invalid_query",
@@ -266,7 +288,9 @@ impl ApiError {
             StoreError::PositionOutOfRange { position, max } => {
                 ApiError::PositionOutOfRange { position, max }
             }
-            StoreError::PositionShiftUnsupported { .. } => ApiError::InvalidQuery(e.to_string()),
+            StoreError::PositionShiftUnsupported { .. } => {
+                ApiError::PositionShiftUnsupported(e.to_string())
+            }
             StoreError::Full { .. } | StoreError::TooLarge { .. } => {
                 ApiError::StoreFull(e.to_string())
             }
@@ -281,7 +305,7 @@ impl ApiError {
     pub(crate) fn from_fabric(e: FabricError) -> ApiError {
         match e {
             FabricError::Store(s) => ApiError::from_store(s),
-            FabricError::Poisoned | FabricError::EpochFile { .. } => {
+            FabricError::Poisoned | FabricError::EpochFile { .. } | FabricError::Random(_) => {
                 tracing::error!(error = %e, "node failure");
                 ApiError::Internal
             }
@@ -302,7 +326,41 @@ impl ApiError {
             FabricError::ModelRequired(m) => ApiError::ModelRequired(m),
             FabricError::MembershipRefused(m) => ApiError::MembershipRefused(m),
             FabricError::MembershipIncomplete(m) => ApiError::MembershipIncomplete(m),
+            FabricError::Arena(e) => ApiError::Arena(e),
+            FabricError::ArenaForbidden => ApiError::NamespaceForbidden("change arenas of"),
         }
+    }
+}
+
+/// The status of an arena refusal: bad input 400, a request out of step with the arena's
+/// state 409, the table at its bounds 507.
+fn arena_status(e: &ArenaError) -> StatusCode {
+    use ArenaError::*;
+    match e {
+        NotHybrid { .. }
+        | UnknownLayer { .. }
+        | RowLength { .. }
+        | TokenLength { .. }
+        | NoGroups { .. } => StatusCode::BAD_REQUEST,
+        GroupNotDrained { .. } | GroupIncomplete { .. } => StatusCode::CONFLICT,
+        UnknownArena(_) => StatusCode::NOT_FOUND,
+        TooManyArenas { .. } | OverBudget { .. } => StatusCode::INSUFFICIENT_STORAGE,
+    }
+}
+
+/// The stable code of an arena refusal.
+fn arena_code(e: &ArenaError) -> &'static str {
+    use ArenaError::*;
+    match e {
+        NotHybrid { .. } => "model_not_hybrid",
+        UnknownLayer { .. } => "unknown_layer",
+        RowLength { .. } | TokenLength { .. } => "payload_length",
+        NoGroups { .. } => "no_groups",
+        GroupNotDrained { .. } => "group_not_drained",
+        GroupIncomplete { .. } => "group_incomplete",
+        UnknownArena(_) => "not_found",
+        TooManyArenas { .. } => "too_many_arenas",
+        OverBudget { .. } => "arena_budget",
     }
 }
 

@@ -23,6 +23,7 @@
 //! | `kvfabric_quarantined_total`, `kvfabric_recovered_blocks_total` | counter | |
 //! | `kvfabric_tier_capacity_bytes`, `kvfabric_tier_used_bytes`, `kvfabric_tier_blocks` | gauge | tier |
 //! | `kvfabric_held_blocks`, `kvfabric_chunk_keys` | gauge | |
+//! | `kvfabric_arenas`, `kvfabric_arena_bytes` | gauge | | (live per-request arenas, the bytes they hold)
 //! | `kvfabric_raft_state` | gauge | stat: `term`, `is_leader`, `last_applied`, `last_log`, `epoch`, `members_healthy`, `members`, `rpc_ok`, `rpc_failed`, `rpc_served` (cluster nodes) |
 //! | `kvfabric_transport` | gauge | stat: the block transport's counters, e.g. `fetches_ok`, `verify_failures`, `bytes_in` (cluster nodes) |
 //! | `kvfabric_tier_moves` | gauge | stat: `recorded` (in the directory), `failed`, `before_join` (cluster nodes) |
@@ -125,6 +126,8 @@ pub(crate) struct Metrics {
     tier_blocks: Family<TierLabels, Gauge>,
     held_blocks: Gauge,
     chunk_keys: Gauge,
+    arenas: Gauge,
+    arena_bytes: Gauge,
     raft: Family<StatLabels, Gauge>,
     transport: Family<StatLabels, Gauge>,
     repair: Family<StatLabels, Gauge>,
@@ -158,6 +161,8 @@ impl Metrics {
             tier_blocks: Family::default(),
             held_blocks: Gauge::default(),
             chunk_keys: Gauge::default(),
+            arenas: Gauge::default(),
+            arena_bytes: Gauge::default(),
             raft: Family::default(),
             transport: Family::default(),
             repair: Family::default(),
@@ -253,6 +258,16 @@ impl Metrics {
             "chunk_keys",
             "Chunk keys known to this node",
             m.chunk_keys.clone(),
+        );
+        r.register(
+            "arenas",
+            "Per-request arenas live on this node",
+            m.arenas.clone(),
+        );
+        r.register(
+            "arena_bytes",
+            "Bytes the live per-request arenas hold",
+            m.arena_bytes.clone(),
         );
         r.register(
             "raft_state",
@@ -363,6 +378,12 @@ impl Metrics {
                 .get_or_create(&labels)
                 .set(gauge(l.samples));
         }
+    }
+
+    /// Sets the arena gauges: live arenas and the bytes they hold.
+    pub(crate) fn set_arenas(&self, live: u64, bytes: u64) {
+        self.arenas.set(gauge(live));
+        self.arena_bytes.set(gauge(bytes));
     }
 
     /// The OpenMetrics text of every series, store figures taken from `snapshot` (absent while

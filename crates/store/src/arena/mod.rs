@@ -317,6 +317,11 @@ impl RequestArena {
         Ok(self.slot(layer)?.appended)
     }
 
+    /// Rows of a complete group of `layer`: its compression (0 on a sliding-window-only layer).
+    pub fn group_needed(&self, layer: u32) -> Result<u32, ArenaError> {
+        Ok(self.slot(layer)?.group_rows)
+    }
+
     /// Rows waiting in `layer`'s open group (always 0 for a sliding-window-only layer).
     pub fn group_len(&self, layer: u32) -> Result<u32, ArenaError> {
         Ok(self.slot(layer)?.group_len)

@@ -135,7 +135,7 @@ impl BlockLayout {
                     region: r.kind.name(),
                     reason: format!(
                         "{} of its {} dims are RoPE dims the model rotated before storing them as {}, \
-                         and {} values cannot be re-rotated exactly; read it without a position",
+                         and {} values cannot be re-rotated exactly; put and read its blocks without a position",
                         r.rope_dims, r.dims, r.dtype, r.dtype
                     ),
                 });

@@ -1,6 +1,6 @@
 //! `GET`, `HEAD` and `DELETE /v1/blocks/{id}`.
 //!
-//! Each calls one fabric method ([`kvfabric_core::Fabric::get`], `head`, `delete`). On a
+//! Each calls one fabric method ([`kvfabric_core::Fabric::get_variant`], `head`, `delete`). On a
 //! cluster node a `GET` that misses locally is served from another owner, named in
 //! `kvfabric-source: n<owner>`; `HEAD` answers from this node's tiers only; a `DELETE` that
 //! drops the node's reference also releases its ownership record in the directory.
@@ -49,7 +49,8 @@ fn block_headers(
     }
 }
 
-/// `GET /v1/blocks/{id}`: the payload, `k_rope` rotated to `?position=` if asked.
+/// `GET /v1/blocks/{id}`: the payload, `k_rope` rotated to `?position=` if asked; `?variant=`
+/// picks a later block under the id (after a dedup collision; see `Fabric::get_variant`).
 pub(crate) async fn get_block(
     State(app): State<AppState>,
     headers: HeaderMap,
@@ -58,8 +59,8 @@ pub(crate) async fn get_block(
     let fabric = app.fabric()?;
     let read = app.tenancy.caller(&headers)?.read(&headers)?;
     let id = headers::block_id(uri.path())?;
-    let position = headers::query_position(uri.query())?;
-    let served = match fabric.get(&read, id, position).await {
+    let q = headers::read_query(uri.query())?;
+    let served = match fabric.get_variant(&read, id, q.variant, q.position).await {
         Ok(s) => s,
         Err(e) => {
             if matches!(e, FabricError::NotFound) {
@@ -96,8 +97,12 @@ pub(crate) async fn head_block(
     let fabric = app.fabric()?;
     let read = app.tenancy.caller(&headers)?.read(&headers)?;
     let id = headers::block_id(uri.path())?;
-    headers::query_position(uri.query())?;
-    let head = fabric.head(&read, id).map_err(ApiError::from_fabric)?;
+    let q = headers::read_query(uri.query())?;
+    let head = match q.variant {
+        0 => fabric.head(&read, id),
+        v => fabric.head_variant(&read, id, v),
+    }
+    .map_err(ApiError::from_fabric)?;
     let mut resp = StatusCode::OK.into_response();
     block_headers(&mut resp, head.tier, head.payload_len, None, None);
     Ok(resp)

@@ -140,6 +140,8 @@ pub(crate) async fn metrics(State(app): State<AppState>) -> Result<Response, Api
             app.metrics.set_cluster(&m);
         }
         app.metrics.set_links(&f.links());
+        let (live, bytes) = f.arena_usage().map_err(ApiError::from_fabric)?;
+        app.metrics.set_arenas(live as u64, bytes.0);
     }
     let text = app.metrics.encode(snapshot.as_ref());
     Ok((

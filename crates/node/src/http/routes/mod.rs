@@ -8,6 +8,7 @@
 //! | `DELETE /v1/blocks/{id}` | 204 | 400, 401, 403, 404 |
 //! | `POST /v1/lookup` (`?consistency=local\|linearizable`) | 200 results | 400, 401, 403, 408, 413, 503 |
 //! | `POST /v1/route` | 200 nodes ranked best first | 400, 401, 403, 408, 413, 503 |
+//! | `POST /v1/arenas`, `GET`/`DELETE /v1/arenas/{id}`, `POST /v1/arenas/{id}/tokens`, `POST /v1/arenas/{id}/layers/{layer}/rows`, `GET .../window`, `POST .../drain` | per-request arenas of hybrid models (see [`arenas`]) | 400, 401, 403, 404, 409, 413, 507 |
 //! | `GET /v1/models` | 200 presets | 401 |
 //! | `GET /v1/cluster` | 200 members | 401 |
 //! | `GET /v1/events` (`?since=SEQ`, `Last-Event-ID`) | 200 `text/event-stream` | 400, 401, 403, 410 `replay_gap`, 503 `too_many_subscribers` |
@@ -35,6 +36,7 @@
 //! everything under `/v1` does when the node has tenants, `/v1/operator/…` the operator's
 //! (see `http::operator`).
 
+mod arenas;
 mod blocks;
 mod dashboard;
 mod events;
@@ -61,6 +63,18 @@ pub(crate) fn router(state: AppState) -> Router {
                 .head(blocks::head_block)
                 .delete(blocks::delete_block),
         )
+        .route("/v1/arenas", post(arenas::create))
+        .route(
+            "/v1/arenas/{id}",
+            get(arenas::status).merge(delete(arenas::free)),
+        )
+        .route("/v1/arenas/{id}/tokens", post(arenas::append_token))
+        .route(
+            "/v1/arenas/{id}/layers/{layer}/rows",
+            post(arenas::append_row),
+        )
+        .route("/v1/arenas/{id}/layers/{layer}/window", get(arenas::window))
+        .route("/v1/arenas/{id}/layers/{layer}/drain", post(arenas::drain))
         .route("/v1/lookup", post(lookup::lookup))
         .route("/v1/route", post(route::route))
         .route("/v1/models", get(info::models))

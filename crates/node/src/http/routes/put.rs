@@ -37,6 +37,10 @@ struct PutResponse {
     bytes: u64,
     /// Nodes holding a verified copy.
     replicas: u32,
+    /// Which of this node's blocks under the id it is, when not the first (a dedup
+    /// collision: read it with `?variant=`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    variant: Option<u32>,
 }
 
 /// What the headers decided, before any byte of the body is read.
@@ -128,6 +132,7 @@ pub(crate) async fn put_block(
         dedup: done.dedup.name(),
         bytes: done.bytes.0,
         replicas: done.replicas,
+        variant: (done.variant > 0).then_some(done.variant),
     };
     Ok((StatusCode::CREATED, super::json(&resp)).into_response())
 }
@@ -156,7 +161,14 @@ fn plan<'a>(app: &'a App, headers: &HeaderMap) -> Result<(&'a Fabric, Plan<'a>),
         });
     }
     let form = match headers::position(headers)? {
-        Some(position) => PutForm::Rotated { position },
+        Some(position) => {
+            // A model whose RoPE dims cannot be un-rotated is refused before its body is read.
+            model
+                .layout
+                .check_rotatable()
+                .map_err(ApiError::from_store)?;
+            PutForm::Rotated { position }
+        }
         None => PutForm::Canonical,
     };
     let chunk_keys: Vec<ChunkKey> = [
