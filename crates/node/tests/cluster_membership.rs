@@ -6,8 +6,11 @@
 //!   with at least `replication` live owners, and the removed members are gone from every
 //!   view;
 //! - a removal cut short by killing its coordinator, the Raft leader: the leaving member stays
-//!   a learner (no vote, its blocks still served), the membership agrees on every node under
-//!   the next leader, and asking again (of another member) resumes and completes it.
+//!   a learner (no vote, its blocks still served, a put it takes waits for copies on voters),
+//!   the membership agrees on every node under the next leader, and asking again (of another
+//!   member) resumes and completes it;
+//! - a member that is down is removed without waiting for a drain it cannot do, and its
+//!   blocks are re-replicated by their other holders to two live copies on the voters.
 
 mod cluster_harness;
 mod common;
@@ -396,4 +399,45 @@ fn a_removal_cut_short_by_killing_its_coordinator_the_leader_resumes_when_asked_
     voters.sort();
     wait_membership(&c, &voters, &voters);
     assert_no_acked_block_lost(&c, &acked, rest[0], 2, &[leaving]);
+}
+
+#[test]
+fn a_member_that_is_down_is_removed_without_a_drain_and_its_blocks_are_re_replicated() {
+    init_tracing();
+    let g = builtin(MODEL);
+    tracing::info!("phase 1: four nodes (short leases, frequent repair), blocks put on n4");
+    let mut c = cluster_harness::kvfabric().cluster_with(
+        4,
+        &[
+            "--cluster-set",
+            "lease_ms=3000",
+            "--cluster-set",
+            "repair_interval_ms=1000",
+        ],
+    );
+    c.agreed_leader(&[1, 2, 3, 4]);
+    let mut acked = Vec::new();
+    for seed in 0..12u64 {
+        let bytes = payload(&g, 4000 + seed);
+        let key = blake3::hash(&(4000 + seed).to_le_bytes())
+            .to_hex()
+            .to_string();
+        let r = c.put_block(4, &g, &bytes, &[("kvfabric-chunk-key", &key)]);
+        assert_eq!(r.status, 201, "{}", r.text());
+        acked.push(Acked {
+            key,
+            block: r.json()["block"].as_str().unwrap().to_owned(),
+            hash: blake3::hash(&bytes),
+        });
+    }
+
+    tracing::info!("phase 2: n4 dies; removing it does not wait for a drain it cannot do");
+    c.kill(4);
+    let (ok, out) = c.remove_member(4);
+    assert!(ok, "cluster remove failed:\n{out}");
+    assert!(out.contains("n4 removed (0 copies"), "{out}");
+    wait_membership(&c, &[1, 2, 3], &[1, 2, 3]);
+
+    tracing::info!("phase 3: every block is back to two live copies on the voters");
+    assert_no_acked_block_lost(&c, &acked, 1, 2, &[4]);
 }
