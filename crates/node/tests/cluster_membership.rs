@@ -144,6 +144,23 @@ impl Load {
     }
 }
 
+/// Puts one block per seed on node `on` (chunk key from the seed); what was acknowledged.
+fn put_acked(c: &Cluster, g: &ModelGeometry, on: u64, seeds: std::ops::Range<u64>) -> Vec<Acked> {
+    seeds
+        .map(|seed| {
+            let bytes = payload(g, seed);
+            let key = blake3::hash(&seed.to_le_bytes()).to_hex().to_string();
+            let r = c.put_block(on, g, &bytes, &[("kvfabric-chunk-key", &key)]);
+            assert_eq!(r.status, 201, "{}", r.text());
+            Acked {
+                key,
+                block: r.json()["block"].as_str().unwrap().to_owned(),
+                hash: blake3::hash(&bytes),
+            }
+        })
+        .collect()
+}
+
 /// `(member, role)` of node `id`'s view, sorted.
 fn roles(c: &Cluster, id: u64) -> Vec<(String, String)> {
     let mut r = c.view(id).expect("view").roles;
@@ -306,20 +323,7 @@ fn a_removal_cut_short_by_killing_its_coordinator_the_leader_resumes_when_asked_
     let (leader, _) = c.agreed_leader(&[1, 2, 3, 4]);
     let coordinator: u64 = leader.trim_start_matches('n').parse().unwrap();
     let leaving = if coordinator == 4 { 3 } else { 4 };
-    let mut acked = Vec::new();
-    for seed in 0..24u64 {
-        let bytes = payload(&g, 2000 + seed);
-        let key = blake3::hash(&(2000 + seed).to_le_bytes())
-            .to_hex()
-            .to_string();
-        let r = c.put_block(leaving, &g, &bytes, &[("kvfabric-chunk-key", &key)]);
-        assert_eq!(r.status, 201, "{}", r.text());
-        acked.push(Acked {
-            key,
-            block: r.json()["block"].as_str().unwrap().to_owned(),
-            hash: blake3::hash(&bytes),
-        });
-    }
+    let mut acked = put_acked(&c, &g, leaving, 2000..2024);
 
     tracing::info!(
         coordinator,
@@ -416,20 +420,7 @@ fn a_member_that_is_down_is_removed_without_a_drain_and_its_blocks_are_re_replic
         ],
     );
     c.agreed_leader(&[1, 2, 3, 4]);
-    let mut acked = Vec::new();
-    for seed in 0..12u64 {
-        let bytes = payload(&g, 4000 + seed);
-        let key = blake3::hash(&(4000 + seed).to_le_bytes())
-            .to_hex()
-            .to_string();
-        let r = c.put_block(4, &g, &bytes, &[("kvfabric-chunk-key", &key)]);
-        assert_eq!(r.status, 201, "{}", r.text());
-        acked.push(Acked {
-            key,
-            block: r.json()["block"].as_str().unwrap().to_owned(),
-            hash: blake3::hash(&bytes),
-        });
-    }
+    let acked = put_acked(&c, &g, 4, 4000..4012);
 
     tracing::info!("phase 2: n4 dies; removing it does not wait for a drain it cannot do");
     c.kill(4);
