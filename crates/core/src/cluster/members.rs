@@ -162,10 +162,8 @@ impl Cluster {
             .map_err(|_| format!("expected IP:PORT, found {addr:?}"))?;
         let limit = Duration::from_millis(DESCRIBE_TIMEOUT_MS);
         let r = self
-            .raft_net
-            .control_call(DirNodeId(id.0), sock, &ControlRequest::Describe, limit)
-            .await
-            .map_err(|e| e.to_string())?;
+            .control(id, sock, &ControlRequest::Describe, limit)
+            .await?;
         match r {
             ControlResponse::Member {
                 id: got,
@@ -184,6 +182,23 @@ impl Cluster {
             }),
             other => Err(format!("expected n{}'s description, found {other:?}", id.0)),
         }
+    }
+}
+
+impl Cluster {
+    /// One control request to member `id`, reached at `addr` (the Raft endpoint, which carries
+    /// the control channel), within `limit`: the one place membership talks to members.
+    pub(crate) async fn control(
+        &self,
+        id: NodeId,
+        addr: SocketAddr,
+        req: &ControlRequest,
+        limit: Duration,
+    ) -> Result<ControlResponse, String> {
+        self.raft_net
+            .control_call(DirNodeId(id.0), addr, req, limit)
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 

@@ -296,8 +296,7 @@ impl Cluster {
                 ));
             };
             let r = self
-                .raft_net
-                .control_call(DirNodeId(id.0), m.raft, &ControlRequest::Drain, limit)
+                .control(id, m.raft, &ControlRequest::Drain, limit)
                 .await;
             match r {
                 Ok(ControlResponse::Drained {
