@@ -127,7 +127,8 @@ async fn a_demoted_leader_replicates_as_a_learner_and_hands_over_when_removed() 
     let rest: Vec<NodeId> = all.iter().copied().filter(|n| *n != leader).collect();
 
     tracing::info!(%leader, "--- the leader demotes itself to a learner");
-    c.member(leader).demote(leader).await?;
+    let index = c.member(leader).demote(leader).await?;
+    c.wait_applied(&all, index, LIMIT).await?;
     for n in &all {
         let m = c.member(*n).membership();
         assert_eq!(
