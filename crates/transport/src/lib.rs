@@ -316,6 +316,8 @@ pub mod counters;
 pub mod error;
 pub mod frame;
 pub mod lease;
+pub mod memory;
+pub mod message;
 pub mod peer;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
@@ -334,12 +336,14 @@ pub use counters::{CountersSnapshot, TransportCounters};
 pub use error::TransportError;
 pub use frame::{FrameError, FrameHeader, FrameKind};
 pub use kvfabric_store::VerifiedBlock;
+pub use memory::{MemoryNetwork, MemoryTransport};
+pub use message::{Channel, MessageHandler, Messenger};
 pub use peer::PeerAddr;
 pub use quic::QuicTransport;
 #[cfg(feature = "rdma")]
 pub use rdma::RdmaTransport;
 pub use receive::{BlockReceiver, PayloadSink, ReceiveError};
-pub use source::{BlockSource, MemorySource, SourceLookup};
+pub use source::{Accepted, BlockSource, Holding, MemorySource, SourceLookup};
 pub use transport::{Fetched, Transport, TransportFuture};
 #[cfg(feature = "ucx")]
 pub use ucx::UcxTransport;

@@ -94,7 +94,12 @@ impl Clients {
             FrameKind::Unavailable
             | FrameKind::Fetch
             | FrameKind::FetchRma
-            | FrameKind::Release => {
+            | FrameKind::Release
+            | FrameKind::Push
+            | FrameKind::Stored
+            | FrameKind::Rejected
+            | FrameKind::Probe
+            | FrameKind::Held => {
                 let peer = conn.peer.clone();
                 self.fail_front(id, TransportError::Unavailable { peer, id: id_asked });
             }
