@@ -56,6 +56,30 @@ pub struct ClusterConfig {
     pub members: Vec<Member>,
     /// The directory's bounds.
     pub directory: DirectoryConfig,
+    /// The block transport and the bounds of the node's endpoint (`[transport]`).
+    pub transport: TransportSettings,
+}
+
+/// Which transport carries blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BlockTransport {
+    /// QUIC on the node's one endpoint (the member's `transport` address), with Raft and
+    /// control beside it.
+    #[default]
+    Quic,
+    /// UCX at the member's `transport` address (trusted fabrics: no TLS); Raft and control
+    /// on a QUIC endpoint at its `raft` address.
+    Ucx,
+}
+
+/// The validated `[transport]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TransportSettings {
+    /// What carries blocks.
+    pub kind: BlockTransport,
+    /// Bounds, timeouts and tuning of the transports (QUIC's and, with `kind = "ucx"`,
+    /// UCX's).
+    pub config: kvfabric_transport::TransportConfig,
 }
 
 impl ClusterConfig {

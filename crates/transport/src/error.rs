@@ -55,16 +55,12 @@ pub enum TransportError {
         id: BlockId,
     },
     /// A channel message that broke the channel's framing (too large, cut short).
-    #[error("message on {channel} with {peer}: expected {expected}, found {found}")]
+    #[error("message with {peer}: {reason}")]
     BadMessage {
         /// The peer.
         peer: PeerAddr,
-        /// The channel's ALPN, as text.
-        channel: String,
-        /// What was expected.
-        expected: String,
-        /// What came.
-        found: String,
+        /// The channel, what was expected and what was found.
+        reason: String,
     },
     /// A channel this transport does not carry.
     #[error("no channel {channel} on this transport (it carries: {carried})")]

@@ -202,9 +202,9 @@ fn push_and_probe_are_answered_only_by_their_own_kinds() {
         );
     }
     // A Held is exactly the stored length, nothing else.
-    for bad in [0, 7, 9] {
+    for bad in [0u64, 7, 9] {
         let mut b = header(FrameKind::Held, HELD_LENGTH).encode();
-        b[71..79].copy_from_slice(&(bad as u64).to_le_bytes());
+        b[71..79].copy_from_slice(&bad.to_le_bytes());
         assert_eq!(
             FrameHeader::decode(&b, u64::MAX),
             Err(FrameError::BadHeldLength { found: bad })

@@ -98,7 +98,7 @@ impl std::fmt::Debug for MemoryNetwork {
 /// What an exchange found when it reached its peer.
 enum Reach {
     /// The peer's side of the exchange, to run.
-    Peer(Served),
+    Peer(Box<Served>),
     /// Never answered (dropped, killed): the caller waits out its bound.
     Silent,
 }
@@ -295,13 +295,13 @@ impl MemoryNetwork {
             }
             None => None,
         };
-        Ok(Reach::Peer(Served {
+        Ok(Reach::Peer(Box::new(Served {
             config: peer.config.clone(),
             source: peer.source.clone(),
             counters: peer.counters.clone(),
             handler,
             delay,
-        }))
+        })))
     }
 }
 
@@ -343,7 +343,7 @@ impl MemoryTransport {
         &self,
         peer: &PeerAddr,
         channel: Option<&Channel>,
-    ) -> Result<Served, TransportError> {
+    ) -> Result<Box<Served>, TransportError> {
         match self.network()?.reach(&self.local, peer, channel)? {
             Reach::Peer(s) => {
                 if !s.delay.is_zero() {

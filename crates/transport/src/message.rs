@@ -42,9 +42,11 @@ impl Channel {
         if len > self.message_bytes_max as usize {
             return Err(TransportError::BadMessage {
                 peer: peer.clone(),
-                channel: self.name(),
-                expected: format!("at most {} bytes", self.message_bytes_max),
-                found: format!("{len} bytes"),
+                reason: format!(
+                    "{}: expected at most {} bytes, found {len}",
+                    self.name(),
+                    self.message_bytes_max
+                ),
             });
         }
         Ok(())

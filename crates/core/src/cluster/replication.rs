@@ -1,20 +1,22 @@
-//! Replication of a put: the node that sealed a block asks `replication − 1` other members to
-//! take verified copies, and the put is acknowledged with the number of copies that exist.
+//! Replication of a put: the node that sealed a block pushes it to `replication − 1` other
+//! members, and the put is acknowledged with the number of copies that exist.
 //!
 //! Peers are chosen deterministically among the members whose lease is current, in the
-//! rendezvous order of [`crate::decide::placement`]. A peer that fails is replaced by the next in
-//! that order. Each peer (`control_server`, behind the control channel) fetches the block from
-//! the sealing node over the block transport (verified as it arrives), installs it,
-//! registers itself as an owner under its epoch, and only then answers. The whole wait is
-//! bounded by [`REPLICATE_TIMEOUT_MS`]; copies that did not answer by then are not counted.
+//! rendezvous order of [`crate::decide::placement`]. A peer that fails is replaced by the
+//! next in that order. Each push is one round trip on the block transport: the peer receives
+//! the bytes through the same streaming receiver as a fetch (hashed as they land, refused if
+//! they do not match the id), installs the copy, registers itself as an owner under its epoch
+//! (`source`), and only then answers. The whole wait is bounded by [`REPLICATE_TIMEOUT_MS`];
+//! copies that did not answer by then are not counted.
 
 use std::time::Duration;
 
-use kvfabric_directory::NodeId as DirNodeId;
+use std::sync::Arc;
+
 use kvfabric_store::{BlockId, NamespaceKey};
+use kvfabric_transport::PeerAddr;
 use tokio::task::JoinSet;
 
-use super::control::{ControlRequest, ControlResponse};
 use super::Cluster;
 use crate::config::Member;
 use crate::decide::placement::replica_order;
@@ -59,9 +61,9 @@ impl Cluster {
         }
     }
 
-    /// Asks live peers other than `exclude`, best first for `id`, for verified copies of
-    /// `(ns, id)` taken from this node, until `need` answered, the candidates ran out, or
-    /// [`REPLICATE_TIMEOUT_MS`] passed; returns the copies made.
+    /// Pushes verified copies of `(ns, id)`, read from this node's store, to live peers other
+    /// than `exclude`, best first for `id`, until `need` answered `Stored`, the candidates ran
+    /// out, or [`REPLICATE_TIMEOUT_MS`] passed; returns the copies made.
     pub(crate) async fn copy_to_peers(
         &self,
         ns: NamespaceKey,
@@ -69,27 +71,32 @@ impl Cluster {
         need: usize,
         exclude: &[crate::ids::NodeId],
     ) -> usize {
+        if need == 0 {
+            return 0;
+        }
+        let block = match self.local.get(&[ns], &id) {
+            Ok(Some((b, _))) => Arc::new(b),
+            Ok(None) => {
+                tracing::warn!(block = %id, "no local copy to replicate (deleted meanwhile)");
+                return 0;
+            }
+            Err(e) => {
+                tracing::warn!(block = %id, error = %e, "reading the block to replicate");
+                return 0;
+            }
+        };
         let mut candidates = self
             .replica_order(&id)
             .into_iter()
             .filter(|m| !exclude.contains(&m.id));
         let mut calls = JoinSet::new();
-        let limit = Duration::from_millis(REPLICATE_TIMEOUT_MS);
-        let deadline = tokio::time::Instant::now() + limit;
-        let req = ControlRequest::Replicate {
-            from: self.me.0,
-            namespace: ns,
-            block: id,
-        };
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(REPLICATE_TIMEOUT_MS);
         let mut copies = 0usize;
         let spawn = |calls: &mut JoinSet<_>, m: Member| {
-            let net = self.raft_net.clone();
-            let req = req.clone();
+            let (transport, block) = (self.transport.clone(), block.clone());
             calls.spawn(async move {
-                let r = net
-                    .control_call(DirNodeId(m.id.0), m.raft, &req, limit)
-                    .await;
-                (m.id, r)
+                let peer = PeerAddr::new(m.cert_name(), m.transport);
+                (m.id, transport.push(&peer, &block).await)
             });
         };
         for m in candidates.by_ref().take(need) {
@@ -99,9 +106,9 @@ impl Cluster {
             let next = tokio::time::timeout_at(deadline, calls.join_next()).await;
             let Ok(Some(joined)) = next else { break };
             match joined {
-                Ok((_, Ok(ControlResponse::Replicated { .. }))) => copies += 1,
-                Ok((peer, outcome)) => {
-                    tracing::warn!(%peer, block = %id, ?outcome, "a replica was not taken; trying the next member");
+                Ok((_, Ok(()))) => copies += 1,
+                Ok((peer, Err(error))) => {
+                    tracing::warn!(%peer, block = %id, %error, "a copy was not taken; trying the next member");
                     if let Some(m) = candidates.next() {
                         spawn(&mut calls, m);
                     }

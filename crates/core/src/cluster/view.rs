@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 
-use super::control::{ControlRequest, ControlResponse, TierUsageView};
+use super::control::{decode, encode, ControlRequest, ControlResponse, TierUsageView};
+use super::net::CONTROL_CHANNEL;
 
 /// Bound on asking one member for its tiers.
 pub const PEER_USAGE_TIMEOUT_MS: u64 = 1_000;
@@ -117,17 +118,23 @@ impl Cluster {
             if m.id == self.me || !self.is_live(m.id, now_ms) {
                 continue;
             }
-            let (net, id, addr) = (self.raft_net.clone(), m.id, m.raft);
+            let Some(peer) = self.message_peer(m.id).cloned() else {
+                continue;
+            };
+            let (messenger, id) = (self.messenger.clone(), m.id);
             calls.spawn(async move {
-                let r = net
-                    .control_call(DirNodeId(id.0), addr, &ControlRequest::Usage, limit)
-                    .await;
-                (id, r)
+                let request = encode(&ControlRequest::Usage);
+                let answer = messenger.call(CONTROL_CHANNEL, &peer, request, limit).await;
+                (id, answer)
             });
         }
         let mut out = HashMap::new();
         while let Some(joined) = calls.join_next().await {
-            if let Ok((id, Ok(ControlResponse::Usage { tiers, inbound }))) = joined {
+            let Ok((id, Ok(bytes))) = joined else {
+                continue;
+            };
+            if let Ok(ControlResponse::Usage { tiers, inbound }) = decode(&bytes, "a usage answer")
+            {
                 self.bandwidth
                     .update_peer(id, inbound, std::time::Instant::now());
                 out.insert(id, tiers);
@@ -190,7 +197,7 @@ impl Cluster {
     pub(crate) fn metrics(&self) -> ClusterMetrics {
         let m = self.directory.metrics();
         let now_ms = self.clock.now_ms();
-        let c = self.raft_net.counters();
+        let c = &self.raft_counters;
         ClusterMetrics {
             term: m.current_term,
             is_leader: m.current_leader == Some(DirNodeId(self.me.0)),

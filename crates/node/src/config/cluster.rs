@@ -96,6 +96,7 @@ impl Check<'_> {
         &self,
         me: NodeId,
         raw: RawCluster,
+        transport: kvfabric_core::config::TransportSettings,
     ) -> Result<ClusterConfig, ConfigError> {
         if raw.members.is_empty() || raw.members.len() > MEMBERS_MAX {
             return Err(self.err(
@@ -260,6 +261,7 @@ impl Check<'_> {
             repair_blocks_max,
             members,
             directory,
+            transport,
         })
     }
 }

@@ -64,6 +64,7 @@ mod cluster;
 mod events;
 mod raw;
 mod route;
+mod transport;
 mod validate;
 
 use std::net::SocketAddr;

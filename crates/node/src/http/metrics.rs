@@ -325,6 +325,16 @@ impl Metrics {
             ("blocks_served", t.blocks_served),
             ("bytes_in", t.bytes_in),
             ("bytes_out", t.bytes_out),
+            ("pushes_ok", t.pushes_ok),
+            ("pushes_failed", t.pushes_failed),
+            ("pushes_stored", t.pushes_stored),
+            ("pushes_rejected", t.pushes_rejected),
+            ("probes_ok", t.probes_ok),
+            ("probes_failed", t.probes_failed),
+            ("probes_served", t.probes_served),
+            ("messages_ok", t.messages_ok),
+            ("messages_failed", t.messages_failed),
+            ("messages_served", t.messages_served),
         ];
         for (stat, v) in transport {
             self.transport
