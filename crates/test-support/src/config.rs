@@ -62,9 +62,23 @@ pub struct NodeConfigFile {
     /// `[route]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<RouteSection>,
+    /// `[transport]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<TransportSection>,
     /// `[cluster]`: a standalone node without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterSection>,
+}
+
+/// `[transport]` (every key optional).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TransportSection {
+    /// `quic` or `ucx`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Any other `[transport]` key (and the `quic`/`ucx` tables), as TOML values.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, toml::Value>,
 }
 
 /// `[node]`.
@@ -238,6 +252,7 @@ impl NodeConfigFile {
             tenants: Vec::new(),
             events: None,
             route: None,
+            transport: None,
             cluster: None,
         }
     }

@@ -78,7 +78,7 @@ pub enum ClusterError {
         /// The certs directory.
         dir: String,
         /// Why.
-        source: TransportError,
+        source: Box<TransportError>,
     },
     /// The block transport could not start.
     #[error("starting the block transport on {addr}: {source}")]
@@ -86,7 +86,7 @@ pub enum ClusterError {
         /// The listen address.
         addr: std::net::SocketAddr,
         /// Why.
-        source: TransportError,
+        source: Box<TransportError>,
     },
     /// The transport chosen is not in this build.
     #[error("[transport] kind = {kind:?}: {reason}")]
@@ -102,7 +102,7 @@ pub enum ClusterError {
         /// Which channel.
         what: &'static str,
         /// Why.
-        source: TransportError,
+        source: Box<TransportError>,
     },
     /// The directory could not open or initialize.
     #[error("the directory ({what}): {source}")]
@@ -212,7 +212,7 @@ impl Cluster {
             |source| ClusterError::Identity {
                 name: config.cert_name.clone(),
                 dir: config.certs_dir.display().to_string(),
-                source,
+                source: Box::new(source),
             },
         )?;
         let source = Arc::new(StoreSource::new(local.clone()));
@@ -232,7 +232,7 @@ impl Cluster {
         .await
         .map_err(|source| ClusterError::Transport {
             addr: quic_listen,
-            source,
+            source: Box::new(source),
         })?;
         let quic = Arc::new(quic);
         let transport: Arc<dyn Transport> = match config.transport.kind {
@@ -270,7 +270,7 @@ impl Cluster {
             )
             .map_err(|source| ClusterError::Channel {
                 what: "raft",
-                source,
+                source: Box::new(source),
             })?;
         let lowest = config.members.first().map(|m| m.id);
         // Only a member with an empty log initializes (openraft refuses, loudly, otherwise).
@@ -341,7 +341,7 @@ impl Cluster {
             .serve(CONTROL_CHANNEL, Arc::new(handler))
             .map_err(|source| ClusterError::Channel {
                 what: "control",
-                source,
+                source: Box::new(source),
             })?;
         Ok(cluster)
     }
@@ -399,7 +399,7 @@ async fn ucx_transport(
     .await
     .map_err(|source| ClusterError::Transport {
         addr: config.transport_listen,
-        source,
+        source: Box::new(source),
     })?;
     Ok(Arc::new(t))
 }

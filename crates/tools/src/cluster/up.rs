@@ -44,6 +44,10 @@ pub struct UpArgs {
     /// `lease_ms=3000`); repeatable. The nodes validate it like any config key.
     #[arg(long = "cluster-set", value_name = "KEY=VALUE", value_parser = layout::parse_cluster_set)]
     cluster_set: Vec<(String, String)>,
+    /// What carries blocks between the nodes: `quic` (the default) or `ucx` (a build with
+    /// `--features ucx`; UCX over TCP unless `UCX_TLS` says otherwise).
+    #[arg(long, value_parser = ["quic", "ucx"])]
+    transport: Option<String>,
 }
 
 /// Runs `kvfabric cluster up`.
@@ -81,6 +85,7 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
                 a.replication,
                 &a.host_bytes,
                 &a.cluster_set,
+                a.transport.as_deref(),
             )
             .to_toml(&format!(
                 "Written by `kvfabric cluster up`; node {} of {}.",
