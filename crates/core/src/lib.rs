@@ -8,8 +8,9 @@
 //! bandwidths ([`cluster`]: async drivers); the decisions they act on as pure functions of
 //! `now` and state — liveness, replica placement, owner ranking, repair plans, route scores
 //! ([`decide`]); the model
-//! catalog ([`presets`]); the validated configuration it runs with ([`config`]); and its
-//! error ([`error`]).
+//! catalog ([`presets`]); the validated configuration it runs with ([`config`]); its error
+//! ([`error`]); and a harness of several fabrics in one process over in-memory networks and
+//! a manual clock, for deterministic multi-node tests ([`testing`]).
 //!
 //! Must never: know about HTTP (callers map [`FabricError`] onto their answers); serve bytes
 //! that the store has not verified against the id asked for; let one tenant read, look up or
@@ -25,6 +26,7 @@ pub mod fabric;
 pub mod ids;
 pub mod local;
 pub mod presets;
+pub mod testing;
 
 pub use error::FabricError;
 pub use fabric::{Fabric, FabricParts};

@@ -139,14 +139,36 @@ impl MemoryNetwork {
         source: Arc<dyn BlockSource>,
         channels: Vec<Channel>,
     ) -> Result<MemoryTransport, TransportError> {
-        config.validate()?;
-        let mut s = self.lock();
-        s.next += 1;
-        let n = s.next;
+        let n = {
+            let mut s = self.lock();
+            s.next += 1;
+            s.next
+        };
         let addr = SocketAddr::new(
             IpAddr::V4(Ipv4Addr::new(10, (n >> 16) as u8, (n >> 8) as u8, n as u8)),
             7200,
         );
+        self.join_at(name, addr, config, source, channels)
+    }
+
+    /// [`MemoryNetwork::join`] at `addr` (a cluster config names its members' addresses up
+    /// front); an address already taken is refused.
+    pub fn join_at(
+        self: &Arc<Self>,
+        name: &str,
+        addr: SocketAddr,
+        config: TransportConfig,
+        source: Arc<dyn BlockSource>,
+        channels: Vec<Channel>,
+    ) -> Result<MemoryTransport, TransportError> {
+        config.validate()?;
+        let mut s = self.lock();
+        if s.nodes.contains_key(&addr) {
+            return Err(TransportError::Config {
+                field: "addr",
+                reason: format!("expected a free address on the network, found {addr} taken"),
+            });
+        }
         let counters = Arc::new(TransportCounters::default());
         s.nodes.insert(
             addr,
@@ -269,7 +291,9 @@ impl MemoryNetwork {
             .is_some_and(|n| n.connected.insert(to.addr));
         let caller_counters = s.nodes.get(&from.addr).map(|n| n.counters.clone());
         let peer = s.nodes.get(&to.addr).expect("resolved above");
-        if peer.closed {
+        // A killed node is silent even once its side is stopped (as a SIGKILLed process's
+        // port is, to QUIC); only a node closed while alive refuses.
+        if peer.closed && !dropped {
             return Err(connect("the peer's transport is closed"));
         }
         if first_contact {

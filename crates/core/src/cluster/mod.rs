@@ -19,10 +19,12 @@
 //! below the replication factor get new ones ([`repair`]); the store's tier moves keep owner
 //! records' tiers current ([`tier_sync`]).
 
+mod attempt;
 pub mod bandwidth;
 pub mod control;
 mod control_server;
 mod dev_certs;
+pub(crate) mod health;
 mod links;
 pub(crate) mod membership;
 pub mod net;
@@ -144,6 +146,8 @@ pub(crate) struct Cluster {
     pub(crate) repair: repair::RepairCounters,
     /// Tier moves recorded in the directory.
     pub(crate) tier_sync: tier_sync::TierSyncCounters,
+    /// Which peers this node suspects dead.
+    pub(crate) health: health::PeerHealth,
     /// Measured node-to-node bandwidths (this node's and its peers' reports).
     pub(crate) bandwidth: crate::cluster::bandwidth::BandwidthTable,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
@@ -171,6 +175,11 @@ pub(crate) struct ClusterParts {
     pub(crate) raft_counters: Arc<RaftNetCounters>,
     /// Transports to close at shutdown.
     pub(crate) closers: Vec<Arc<dyn Transport>>,
+}
+
+/// Where member `m`'s block transport is reached.
+pub(crate) fn block_peer(m: &Member) -> PeerAddr {
+    PeerAddr::new(m.cert_name(), m.transport)
 }
 
 /// Where member `m`'s message channels are reached.
@@ -318,8 +327,10 @@ impl Cluster {
             .iter()
             .map(|m| (m.id, message_peer(&p.config, m)))
             .collect();
+        let f = p.config.failover;
         let cluster = Arc::new(Cluster {
             me: p.me,
+            health: health::PeerHealth::new(p.clock.clone(), f.probe_ms, f.probe_ms_max),
             bandwidth: crate::cluster::bandwidth::BandwidthTable::new(p.me),
             config: p.config,
             clock: p.clock,
@@ -346,6 +357,24 @@ impl Cluster {
         Ok(cluster)
     }
 
+    /// `work`, an exchange with `peer`, bounded by `failover.attempt_ms`: past it, a typed
+    /// timeout (what makes the peer a suspect).
+    pub(crate) async fn bounded<T>(
+        &self,
+        peer: &PeerAddr,
+        work: impl std::future::Future<Output = Result<T, TransportError>>,
+    ) -> Result<T, TransportError> {
+        let limit = self.config.failover.attempt_ms;
+        match tokio::time::timeout(std::time::Duration::from_millis(limit), work).await {
+            Ok(r) => r,
+            Err(_) => Err(TransportError::Timeout {
+                peer: peer.clone(),
+                what: "attempt",
+                after_ms: limit,
+            }),
+        }
+    }
+
     /// Where member `id`'s message channels are reached.
     pub(crate) fn message_peer(&self, id: NodeId) -> Option<&PeerAddr> {
         self.message_peers.get(&id)
@@ -360,6 +389,8 @@ impl Cluster {
             Err(e) => tracing::error!(error = %e, "tier moves will not reach the directory"),
         }
         tasks.push(tokio::spawn(repair::run(self.clone())));
+        let tick = std::time::Duration::from_millis((self.config.failover.probe_ms / 2).max(20));
+        tasks.push(tokio::spawn(health::run(self.clone(), tick)));
         self.tasks
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -2,22 +2,21 @@
 //! members, and the put is acknowledged with the number of copies that exist.
 //!
 //! Peers are chosen deterministically among the members whose lease is current, in the
-//! rendezvous order of [`crate::decide::placement`]. A peer that fails is replaced by the
-//! next in that order. Each push is one round trip on the block transport: the peer receives
+//! rendezvous order of [`crate::decide::placement`], members this node suspects dead last.
+//! A peer that fails is replaced by the next in that order at once, one that is silent for
+//! `failover.hedge_ms` gets the next beside it, and each push is bounded by
+//! `failover.attempt_ms`. Each push is one round trip on the block transport: the peer receives
 //! the bytes through the same streaming receiver as a fetch (hashed as they land, refused if
 //! they do not match the id), installs the copy, registers itself as an owner under its epoch
 //! (`source`), and only then answers. The whole wait is bounded by [`REPLICATE_TIMEOUT_MS`];
 //! copies that did not answer by then are not counted.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use std::sync::Arc;
-
 use kvfabric_store::{BlockId, NamespaceKey};
-use kvfabric_transport::PeerAddr;
-use tokio::task::JoinSet;
 
-use super::Cluster;
+use super::{attempt, Cluster};
 use crate::config::Member;
 use crate::decide::placement::replica_order;
 
@@ -34,19 +33,25 @@ pub(crate) struct Replicas {
 }
 
 impl Cluster {
-    /// The members other than this one whose lease is current, best peer for `id` first.
+    /// The members other than this one whose lease is current, best target for `id` first:
+    /// those this node does not suspect, then the suspects (a last resort).
     fn replica_order(&self, id: &BlockId) -> Vec<Member> {
         let now_ms = self.clock.now_ms();
         let ids: Vec<_> = self.config.members.iter().map(|m| m.id).collect();
-        replica_order(id, self.me, &ids, |m| self.is_live(m, now_ms))
+        let live = |m| self.is_live(m, now_ms);
+        let suspect = |m| self.health.is_suspect(m);
+        let trusted = replica_order(id, self.me, &ids, |m| live(m) && !suspect(m));
+        let suspects = replica_order(id, self.me, &ids, |m| live(m) && suspect(m));
+        trusted
             .into_iter()
+            .chain(suspects)
             .filter_map(|m| self.config.member(m).cloned())
             .collect()
     }
 
-    /// Asks peers for copies of `(ns, id)` until `replication − 1` answered with a verified,
+    /// Pushes copies of `(ns, id)` until `replication − 1` answered with a verified,
     /// registered copy, the candidates ran out, or [`REPLICATE_TIMEOUT_MS`] passed.
-    pub(crate) async fn replicate(&self, ns: NamespaceKey, id: BlockId) -> Replicas {
+    pub(crate) async fn replicate(self: &Arc<Self>, ns: NamespaceKey, id: BlockId) -> Replicas {
         let want = self.config.replication;
         #[cfg(feature = "planted-bugs")]
         if kvfabric_transport::planted::active("early-ack") {
@@ -61,11 +66,14 @@ impl Cluster {
         }
     }
 
-    /// Pushes verified copies of `(ns, id)`, read from this node's store, to live peers other
-    /// than `exclude`, best first for `id`, until `need` answered `Stored`, the candidates ran
-    /// out, or [`REPLICATE_TIMEOUT_MS`] passed; returns the copies made.
+    /// Pushes verified copies of `(ns, id)`, read from this node's store, to live members
+    /// other than `exclude`, in [`Cluster::replica_order`], until `need` answered `Stored`, the
+    /// candidates ran out, or [`REPLICATE_TIMEOUT_MS`] passed; returns the copies made. Each
+    /// push is bounded by `failover.attempt_ms`; one that fails is replaced at once, one
+    /// silent for `failover.hedge_ms` gets company (`attempt`); each outcome feeds peer
+    /// health, so a member that did not answer is left out of the next put's placement.
     pub(crate) async fn copy_to_peers(
-        &self,
+        self: &Arc<Self>,
         ns: NamespaceKey,
         id: BlockId,
         need: usize,
@@ -85,39 +93,35 @@ impl Cluster {
                 return 0;
             }
         };
-        let mut candidates = self
+        let candidates: Vec<Member> = self
             .replica_order(&id)
             .into_iter()
-            .filter(|m| !exclude.contains(&m.id));
-        let mut calls = JoinSet::new();
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(REPLICATE_TIMEOUT_MS);
-        let mut copies = 0usize;
-        let spawn = |calls: &mut JoinSet<_>, m: Member| {
-            let (transport, block) = (self.transport.clone(), block.clone());
-            calls.spawn(async move {
-                let peer = PeerAddr::new(m.cert_name(), m.transport);
-                (m.id, transport.push(&peer, &block).await)
-            });
-        };
-        for m in candidates.by_ref().take(need) {
-            spawn(&mut calls, m);
-        }
-        while copies < need {
-            let next = tokio::time::timeout_at(deadline, calls.join_next()).await;
-            let Ok(Some(joined)) = next else { break };
-            match joined {
-                Ok((_, Ok(()))) => copies += 1,
-                Ok((peer, Err(error))) => {
-                    tracing::warn!(%peer, block = %id, %error, "a copy was not taken; trying the next member");
-                    if let Some(m) = candidates.next() {
-                        spawn(&mut calls, m);
-                    }
+            .filter(|m| !exclude.contains(&m.id))
+            .collect();
+        let hedge = Duration::from_millis(self.config.failover.hedge_ms);
+        let push = |m: Member| {
+            let (cluster, block) = (self.clone(), block.clone());
+            async move {
+                let peer = super::block_peer(&m);
+                let r = cluster
+                    .bounded(&peer, cluster.transport.push(&peer, &block))
+                    .await;
+                cluster.health.record(m.id, &r);
+                if let Err(error) = &r {
+                    tracing::warn!(peer = %m.id, block = %id, %error, "a copy was not taken");
                 }
-                Err(e) => tracing::error!(error = %e, "a replication task failed"),
+                r
+            }
+        };
+        let gathered = attempt::until(candidates, need, hedge, push);
+        let limit = Duration::from_millis(REPLICATE_TIMEOUT_MS);
+        match tokio::time::timeout(limit, gathered).await {
+            Ok(g) => g.won.len(),
+            Err(_) => {
+                tracing::warn!(block = %id, "replication ran past its bound");
+                0
             }
         }
-        calls.abort_all();
-        copies
     }
 }
 

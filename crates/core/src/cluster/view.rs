@@ -98,6 +98,9 @@ pub struct ClusterMetrics {
     pub repair: [u64; 4],
     /// Tier moves recorded in the directory, failed, and seen before joining.
     pub tier_moves: [u64; 3],
+    /// Peer health: members suspected now, times one became a suspect, times a suspect
+    /// answered again, probes sent.
+    pub health: [u64; 4],
 }
 
 impl Cluster {
@@ -219,6 +222,12 @@ impl Cluster {
                 self.repair.under_replicated.load(Ordering::Relaxed),
                 self.repair.copies_made.load(Ordering::Relaxed),
                 self.repair.copies_missing.load(Ordering::Relaxed),
+            ],
+            health: [
+                self.health.suspects().len() as u64,
+                self.health.counters.suspected.load(Ordering::Relaxed),
+                self.health.counters.cleared.load(Ordering::Relaxed),
+                self.health.counters.probes.load(Ordering::Relaxed),
             ],
             tier_moves: [
                 self.tier_sync.recorded.load(Ordering::Relaxed),

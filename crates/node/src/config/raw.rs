@@ -134,6 +134,16 @@ pub(crate) struct RawCluster {
     #[serde(default)]
     pub(crate) repair_blocks_max: Option<usize>,
     #[serde(default)]
+    pub(crate) attempt_ms: Option<u64>,
+    #[serde(default)]
+    pub(crate) hedge_ms: Option<u64>,
+    #[serde(default)]
+    pub(crate) probe_ms: Option<u64>,
+    #[serde(default)]
+    pub(crate) probe_ms_max: Option<u64>,
+    #[serde(default)]
+    pub(crate) rpc_timeout_ms: Option<u64>,
+    #[serde(default)]
     pub(crate) batch_delay_ms_max: Option<u64>,
     #[serde(default)]
     pub(crate) batch_inflight_max: Option<usize>,
