@@ -212,11 +212,20 @@ impl Client {
         }
     }
 
-    /// `HEAD /v1/blocks/{block}` on one node: its status, `None` without an answer.
-    pub fn head(&self, api: &str, block: &str) -> Option<u16> {
-        answer(self.agent.head(format!("{api}/v1/blocks/{block}")).call())
-            .ok()
-            .map(|(s, _, _)| s)
+    /// Whether one node holds `block` itself: its HEAD answers 200 with `kvfabric-source:
+    /// local` (a HEAD answers as a GET would: 200 naming another owner when it holds none).
+    /// `None` without an answer.
+    pub fn holds(&self, api: &str, block: &str) -> Option<bool> {
+        let r = self
+            .agent
+            .head(format!("{api}/v1/blocks/{block}"))
+            .call()
+            .ok()?;
+        let local = r
+            .headers()
+            .get("kvfabric-source")
+            .is_some_and(|v| v == "local");
+        Some(r.status() == 200 && local)
     }
 
     /// `GET /v1/cluster`: the leader this node names (node id) and the term.

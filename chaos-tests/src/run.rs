@@ -400,7 +400,7 @@ fn settle(
 fn holders_of(client: &Client, apis: &[String], block: &str) -> Vec<u64> {
     apis.iter()
         .enumerate()
-        .filter(|(_, a)| client.head(a, block) == Some(200))
+        .filter(|(_, a)| client.holds(a, block) == Some(true))
         .map(|(i, _)| i as u64 + 1)
         .collect()
 }

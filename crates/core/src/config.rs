@@ -73,6 +73,9 @@ pub struct FailoverConfig {
     pub attempt_ms: u64,
     /// After this long without an answer, the next candidate is started beside a silent one.
     pub hedge_ms: u64,
+    /// After this long without an answer, a peer is suspected (its attempt goes on; an answer
+    /// clears it).
+    pub suspect_ms: u64,
     /// First probe of a suspect this long after it was suspected.
     pub probe_ms: u64,
     /// Longest wait between two probes of a suspect (the wait doubles up to it).
@@ -80,9 +83,11 @@ pub struct FailoverConfig {
 }
 
 /// Default bound on one exchange with one peer.
-pub const ATTEMPT_MS_DEFAULT: u64 = 750;
+pub const ATTEMPT_MS_DEFAULT: u64 = 2_000;
+/// Default silence after which a peer is suspected.
+pub const SUSPECT_MS_DEFAULT: u64 = 400;
 /// Default wait before a silent candidate is hedged.
-pub const HEDGE_MS_DEFAULT: u64 = 150;
+pub const HEDGE_MS_DEFAULT: u64 = 250;
 /// Default first probe of a suspect.
 pub const PROBE_MS_DEFAULT: u64 = 250;
 /// Default longest wait between probes.
@@ -93,6 +98,7 @@ impl Default for FailoverConfig {
         FailoverConfig {
             attempt_ms: ATTEMPT_MS_DEFAULT,
             hedge_ms: HEDGE_MS_DEFAULT,
+            suspect_ms: SUSPECT_MS_DEFAULT,
             probe_ms: PROBE_MS_DEFAULT,
             probe_ms_max: PROBE_MS_MAX_DEFAULT,
         }

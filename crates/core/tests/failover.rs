@@ -110,7 +110,10 @@ async fn a_dead_leader_is_tried_once_then_left_out_of_placement() {
     for (n, before) in rest.iter().zip(failed_before) {
         let f = c.fabric(*n);
         let failed = transport_stat(&f, |t| t.pushes_failed) - before;
-        assert!(failed <= 1, "{n}: {failed} failed pushes (the dead member retried)");
+        assert!(
+            failed <= 1,
+            "{n}: {failed} failed pushes (the dead member retried)"
+        );
         let suspects = f.suspects();
         assert!(
             failed == 0 || suspects == vec![leader],
@@ -153,7 +156,10 @@ async fn a_dead_first_owner_is_skipped_and_head_answers_as_get() {
 
     tracing::info!("phase 3: head and get on n3 are served by n2");
     let f = c.fabric(reader);
-    let head = f.head(&ns, ids[0]).await.expect("head answers as get would");
+    let head = f
+        .head(&ns, ids[0])
+        .await
+        .expect("head answers as get would");
     assert_eq!(head.source, Some(b));
     assert_eq!(head.payload_len, payload(&tiny(), 0).len() as u64);
     c.wait("n1 suspected once its hedged-out probe timed out", || {
@@ -184,9 +190,15 @@ async fn a_dead_first_owner_is_skipped_and_head_answers_as_get() {
     c.kill(b).await;
     let f = c.fabric(reader);
     let err = f.get(&ns, orphan, None).await.unwrap_err();
-    assert!(matches!(err, FabricError::OwnersUnreachable { .. }), "{err}");
+    assert!(
+        matches!(err, FabricError::OwnersUnreachable { .. }),
+        "{err}"
+    );
     let err = f.head(&ns, orphan).await.unwrap_err();
-    assert!(matches!(err, FabricError::OwnersUnreachable { .. }), "{err}");
+    assert!(
+        matches!(err, FabricError::OwnersUnreachable { .. }),
+        "{err}"
+    );
     let err = f.get(&ns, BlockId([7; 32]), None).await.unwrap_err();
     assert!(matches!(err, FabricError::NotFound), "{err}");
     c.shutdown().await;
@@ -226,7 +238,9 @@ async fn a_silent_target_is_hedged_suspected_and_cleared_by_a_probe() {
     tracing::info!("phase 2: the link heals; once a probe is due, n2 is cleared");
     c.network().heal();
     c.clock().advance(10_000);
-    c.wait("n2 cleared by a probe", || f.suspects().is_empty().then_some(()))
-        .await;
+    c.wait("n2 cleared by a probe", || {
+        f.suspects().is_empty().then_some(())
+    })
+    .await;
     c.shutdown().await;
 }

@@ -21,9 +21,7 @@ fn a_ucx_cluster_replicates_by_push_and_serves_remote_gets() {
     assert_eq!(put.status, 201, "{}", put.text());
     assert_eq!(put.json()["replicas"], 2);
     let id = put.json()["block"].as_str().unwrap().to_owned();
-    let holders: Vec<u64> = (1..=3)
-        .filter(|n| cluster.head_status(*n, &id) == 200)
-        .collect();
+    let holders: Vec<u64> = (1..=3).filter(|n| cluster.holds(*n, &id)).collect();
     assert_eq!(holders.len(), 2, "two copies: {holders:?}");
     let other = (1..=3).find(|n| !holders.contains(n)).unwrap();
     let got = cluster

@@ -7,11 +7,10 @@
 //! starts beside it (the slow one keeps running, and whichever answers first counts). Every
 //! attempt is bounded by the caller (its `attempt` future ends in a typed timeout), so the
 //! whole exchange is bounded by the candidates' count times the attempt bound. Attempts still
-//! running when enough succeeded are left to finish in the background, within their bound:
-//! their outcome still tells peer health whether that peer answers (a hedged-out silent peer
-//! is suspected when its attempt times out, rather than hedged again by every request),
-//! and a push that completes late leaves an extra copy, which costs space, never
-//! correctness.
+//! running when enough succeeded are dropped (a dropped push or fetch is cancelled: its stream
+//! reset, its buffer freed, nothing installed) and named in [`Gathered::abandoned`]: the caller
+//! probes them, so that a silent one is still suspected rather than hedged again by every
+//! request, without moving a block for nothing.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -19,107 +18,92 @@ use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-/// What the exchange with one candidate gave.
-pub(crate) type Outcome<C, T, E> = (C, Result<T, E>);
+/// The attempts in flight: each candidate's index and outcome.
+type Running<'a, T, E> =
+    FuturesUnordered<Pin<Box<dyn Future<Output = (usize, Result<T, E>)> + Send + 'a>>>;
 
-/// The attempts in flight.
-type Running<C, T, E> =
-    FuturesUnordered<Pin<Box<dyn Future<Output = Outcome<C, T, E>> + Send + 'static>>>;
-
-/// The result of [`until`]: the successes (at most `need`) and every failure seen, in the
-/// order they came.
+/// The result of [`until`].
 pub(crate) struct Gathered<C, T, E> {
-    /// Candidates that succeeded, with what they gave.
+    /// Candidates that succeeded, with what they gave (at most `need`).
     pub(crate) won: Vec<(C, T)>,
-    /// Candidates that failed, with why.
+    /// Candidates that failed, with why, in the order they did.
     pub(crate) failed: Vec<(C, E)>,
     /// Candidates started (tried).
     pub(crate) tried: usize,
+    /// Candidates still running when enough had succeeded (dropped unanswered).
+    pub(crate) abandoned: Vec<C>,
 }
 
 /// Runs `start(c)` over `candidates` in order until `need` succeeded or every candidate was
 /// tried: at most `need` at once plus one hedge each time `hedge` passes with nothing heard.
-pub(crate) async fn until<C, T, E, F, Fut>(
+pub(crate) async fn until<'a, C, T, E, F, Fut>(
     candidates: Vec<C>,
     need: usize,
     hedge: Duration,
     mut start: F,
 ) -> Gathered<C, T, E>
 where
-    C: Clone + Send + 'static,
-    T: Send + 'static,
-    E: Send + 'static,
+    C: Clone,
     F: FnMut(C) -> Fut,
-    Fut: Future<Output = Result<T, E>> + Send + 'static,
+    Fut: Future<Output = Result<T, E>> + Send + 'a,
+    T: 'a,
+    E: 'a,
 {
     let mut out = Gathered {
         won: Vec::new(),
         failed: Vec::new(),
         tried: 0,
+        abandoned: Vec::new(),
     };
     if need == 0 {
         return out;
     }
-    let mut queue = candidates.into_iter();
-    let mut running: Running<C, T, E> = FuturesUnordered::new();
-    let mut launch = |running: &mut Running<C, T, E>, out: &mut Gathered<C, T, E>| -> bool {
-        let Some(c) = queue.next() else {
+    let mut running: Running<'a, T, E> = FuturesUnordered::new();
+    let mut pending: Vec<Option<C>> = Vec::new();
+    let mut launch = |running: &mut Running<'a, T, E>, pending: &mut Vec<Option<C>>| -> bool {
+        let Some(c) = candidates.get(pending.len()).cloned() else {
             return false;
         };
-        out.tried += 1;
+        let i = pending.len();
         let fut = start(c.clone());
-        running.push(Box::pin(async move { (c, fut.await) }));
+        pending.push(Some(c));
+        running.push(Box::pin(async move { (i, fut.await) }));
         true
     };
     for _ in 0..need {
-        if !launch(&mut running, &mut out) {
+        if !launch(&mut running, &mut pending) {
             break;
         }
     }
-    loop {
-        if running.is_empty() {
-            return out;
-        }
-        let hedge_timer = tokio::time::sleep(hedge);
+    while !running.is_empty() {
         tokio::select! {
             next = running.next() => {
-                let Some((c, r)) = next else { return out };
+                let Some((i, r)) = next else { break };
+                let c = pending[i].take().expect("each candidate answers once");
                 match r {
                     Ok(t) => {
                         out.won.push((c, t));
                         if out.won.len() >= need {
-                            finish_in_background(running);
-                            return out;
+                            break;
                         }
                     }
                     Err(e) => {
                         out.failed.push((c, e));
                         // Replace the failed one, unless enough are already running.
                         if running.len() + out.won.len() < need {
-                            launch(&mut running, &mut out);
+                            launch(&mut running, &mut pending);
                         }
                     }
                 }
             }
-            () = hedge_timer => {
-                launch(&mut running, &mut out);
+            () = tokio::time::sleep(hedge) => {
+                launch(&mut running, &mut pending);
             }
         }
-        // Nothing left to start and not enough running to reach `need`: the rest still may.
     }
-}
-
-/// Lets the attempts still running end on their own (each is bounded), off the caller's path.
-fn finish_in_background<C, T, E>(mut running: Running<C, T, E>)
-where
-    C: Send + 'static,
-    T: Send + 'static,
-    E: Send + 'static,
-{
-    if running.is_empty() {
-        return;
-    }
-    tokio::spawn(async move { while running.next().await.is_some() {} });
+    out.tried = pending.len();
+    out.abandoned = pending.into_iter().flatten().collect();
+    out
 }
 
 #[cfg(test)]
@@ -139,17 +123,31 @@ mod tests {
                 }
             }
         };
-        let g = until(vec![1, 2, 3, 4, 5], 2, Duration::from_millis(100), start).await;
+        let hedge = Duration::from_millis(100);
+        let g = until(vec![1, 2, 3, 4, 5], 2, hedge, start).await;
         let won: Vec<u32> = g.won.iter().map(|(c, _)| *c).collect();
-        assert_eq!(won, vec![3, 4], "2 failed and was replaced by 3; 1's silence hedged by 4");
+        assert_eq!(
+            won,
+            vec![3, 4],
+            "2 failed and was replaced by 3; 1's silence hedged by 4"
+        );
         assert_eq!(g.failed.len(), 1);
         assert_eq!(g.tried, 4, "5 never started");
+        assert_eq!(
+            g.abandoned,
+            vec![1],
+            "the silent one was dropped, and named"
+        );
 
-        let g = until(vec![2, 2], 1, Duration::from_millis(100), start).await;
-        assert!(g.won.is_empty());
-        assert_eq!((g.failed.len(), g.tried), (2, 2), "every candidate tried, then done");
+        let g = until(vec![2, 2], 1, hedge, start).await;
+        assert!(g.won.is_empty() && g.abandoned.is_empty());
+        assert_eq!(
+            (g.failed.len(), g.tried),
+            (2, 2),
+            "every candidate tried, then done"
+        );
 
-        let g = until(vec![3, 4], 0, Duration::from_millis(100), start).await;
+        let g = until(vec![3, 4], 0, hedge, start).await;
         assert_eq!(g.tried, 0);
     }
 }

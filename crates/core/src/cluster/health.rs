@@ -71,6 +71,18 @@ impl PeerHealth {
         }
     }
 
+    /// `peer` has been silent past `failover.suspect_ms` in an attempt still running:
+    /// suspect it now (its answer, if it comes, clears it).
+    pub(crate) fn silent(&self, peer: NodeId, addr: &kvfabric_transport::PeerAddr) {
+        let now_ms = self.clock.now_ms();
+        let mut h = self.lock();
+        if !h.is_suspect(peer) {
+            self.counters.suspected.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%peer, %addr, "peer suspected: silent");
+        }
+        h.failed(peer, now_ms);
+    }
+
     /// Whether `peer` is suspected.
     pub(crate) fn is_suspect(&self, peer: NodeId) -> bool {
         self.lock().is_suspect(peer)
@@ -88,6 +100,26 @@ impl PeerHealth {
     }
 }
 
+impl Cluster {
+    /// Probes, in the background, members whose attempt was dropped unanswered when another
+    /// candidate won: a silent one is suspected (within its attempt bound), a slow one is
+    /// found healthy; no block moves for it.
+    pub(crate) fn check_abandoned(self: &Arc<Self>, members: Vec<NodeId>) {
+        for id in members {
+            let Some(m) = self.config.member(id) else {
+                continue;
+            };
+            let (cluster, addr) = (self.clone(), super::block_peer(m));
+            tokio::spawn(async move {
+                let probe = cluster
+                    .transport
+                    .probe(&addr, NamespaceKey([0; 32]), BlockId([0; 32]));
+                let _ = cluster.attempt(id, &addr, probe).await;
+            });
+        }
+    }
+}
+
 /// Probes suspects when due, for the life of the node (aborted at shutdown). Ticks every
 /// `tick`; what is due is decided by the health clock.
 pub(crate) async fn run(cluster: Arc<Cluster>, tick: Duration) {
@@ -99,11 +131,14 @@ pub(crate) async fn run(cluster: Arc<Cluster>, tick: Duration) {
             let Some(m) = cluster.config.member(peer) else {
                 continue;
             };
-            cluster.health.counters.probes.fetch_add(1, Ordering::Relaxed);
+            cluster
+                .health
+                .counters
+                .probes
+                .fetch_add(1, Ordering::Relaxed);
             let addr = super::block_peer(m);
             let probe = cluster.transport.probe(&addr, probe_ns, probe_id);
-            let outcome = cluster.bounded(&addr, probe).await;
-            cluster.health.record(peer, &outcome);
+            let _ = cluster.attempt(peer, &addr, probe).await;
         }
     }
 }

@@ -93,6 +93,7 @@ pub(crate) async fn run(cluster: Arc<Cluster>) {
             match register_held(&cluster, me, epoch).await {
                 Ok(n) => {
                     tracing::info!(blocks = n, epoch = epoch.0, "held blocks registered");
+                    warm_up(&cluster).await;
                     cluster
                         .incarnation
                         .registered
@@ -137,4 +138,32 @@ async fn register_held(
         cluster.directory.update_ownership(batch).await?;
     }
     Ok(held.len())
+}
+
+/// Probes every other member once before the node says it is ready, so that the first put or
+/// get does not pay for dialling (a handshake on a loaded machine can outlast the hedge);
+/// what answers is healthy, what does not is suspected, as after any exchange. Bounded by
+/// the suspicion window: a dead member delays readiness by no more.
+async fn warm_up(cluster: &Arc<Cluster>) {
+    let f = cluster.config.failover;
+    let limit = Duration::from_millis(f.suspect_ms + f.hedge_ms);
+    let probes = cluster
+        .config
+        .members
+        .iter()
+        .filter(|m| m.id != cluster.me)
+        .map(|m| {
+            let peer = super::block_peer(m);
+            let c = cluster.clone();
+            let id = m.id;
+            async move {
+                let probe = c.transport.probe(
+                    &peer,
+                    kvfabric_store::NamespaceKey([0; 32]),
+                    kvfabric_store::BlockId([0; 32]),
+                );
+                let _ = c.attempt(id, &peer, probe).await;
+            }
+        });
+    let _ = tokio::time::timeout(limit, futures_util::future::join_all(probes)).await;
 }

@@ -357,22 +357,35 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// `work`, an exchange with `peer`, bounded by `failover.attempt_ms`: past it, a typed
-    /// timeout (what makes the peer a suspect).
-    pub(crate) async fn bounded<T>(
+    /// `work`, an exchange with member `id` at `peer`, bounded by `failover.attempt_ms`
+    /// (past it, a typed timeout); silent for `failover.suspect_ms`, the member is suspected
+    /// while the attempt goes on. The outcome is recorded in peer health.
+    pub(crate) async fn attempt<T>(
         &self,
+        id: NodeId,
         peer: &PeerAddr,
         work: impl std::future::Future<Output = Result<T, TransportError>>,
     ) -> Result<T, TransportError> {
-        let limit = self.config.failover.attempt_ms;
-        match tokio::time::timeout(std::time::Duration::from_millis(limit), work).await {
-            Ok(r) => r,
-            Err(_) => Err(TransportError::Timeout {
+        let f = self.config.failover;
+        let work = tokio::time::timeout(std::time::Duration::from_millis(f.attempt_ms), work);
+        tokio::pin!(work);
+        let silence = tokio::time::sleep(std::time::Duration::from_millis(f.suspect_ms));
+        let outcome = tokio::select! {
+            r = &mut work => r,
+            () = silence => {
+                self.health.silent(id, peer);
+                (&mut work).await
+            }
+        };
+        let r = outcome.unwrap_or_else(|_| {
+            Err(TransportError::Timeout {
                 peer: peer.clone(),
                 what: "attempt",
-                after_ms: limit,
-            }),
-        }
+                after_ms: f.attempt_ms,
+            })
+        });
+        self.health.record(id, &r);
+        r
     }
 
     /// Where member `id`'s message channels are reached.

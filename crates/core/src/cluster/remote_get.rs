@@ -103,12 +103,12 @@ impl Cluster {
                         .ok_or(TransportError::NoOwners { id })?;
                     let peer = super::block_peer(m);
                     let work = exchange(cluster.clone(), peer.clone(), ns);
-                    let r = cluster.bounded(&peer, work).await;
-                    cluster.health.record(n, &r);
+                    let r = cluster.attempt(n, &peer, work).await;
                     r.map(|t| (tier, t))
                 }
             };
             let g = attempt::until(owners.clone(), 1, hedge, attempt_one).await;
+            self.check_abandoned(g.abandoned.iter().map(|(n, _)| *n).collect());
             if let Some(((n, _), (tier, t))) = g.won.into_iter().next() {
                 return Ok((n, tier, t));
             }

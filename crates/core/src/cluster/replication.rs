@@ -104,9 +104,8 @@ impl Cluster {
             async move {
                 let peer = super::block_peer(&m);
                 let r = cluster
-                    .bounded(&peer, cluster.transport.push(&peer, &block))
+                    .attempt(m.id, &peer, cluster.transport.push(&peer, &block))
                     .await;
-                cluster.health.record(m.id, &r);
                 if let Err(error) = &r {
                     tracing::warn!(peer = %m.id, block = %id, %error, "a copy was not taken");
                 }
@@ -116,7 +115,10 @@ impl Cluster {
         let gathered = attempt::until(candidates, need, hedge, push);
         let limit = Duration::from_millis(REPLICATE_TIMEOUT_MS);
         match tokio::time::timeout(limit, gathered).await {
-            Ok(g) => g.won.len(),
+            Ok(g) => {
+                self.check_abandoned(g.abandoned.iter().map(|m| m.id).collect());
+                g.won.len()
+            }
             Err(_) => {
                 tracing::warn!(block = %id, "replication ran past its bound");
                 0

@@ -25,10 +25,11 @@
 //! election_timeout_min_ms = 400     # optional, Raft
 //! election_timeout_max_ms = 800     # optional, Raft
 //! rpc_timeout_ms = 1000             # optional, Raft: one RPC
-//! attempt_ms = 750                  # optional: one push, fetch or probe of one peer; a peer
-//!                                   # silent this long is suspected (at most
-//!                                   # transport.fetch_timeout_ms)
-//! hedge_ms = 150                    # optional: a silent peer gets company (the next
+//! attempt_ms = 2000                 # optional: bound on one push, fetch or probe of one
+//!                                   # peer (at most transport.fetch_timeout_ms)
+//! suspect_ms = 400                  # optional: a peer silent this long in an attempt is
+//!                                   # suspected (left out of placement, tried last, probed)
+//! hedge_ms = 250                    # optional: a silent peer gets company (the next
 //!                                   # candidate starts beside it) after this long
 //! probe_ms = 250                    # optional: first probe of a suspect; then doubling
 //! probe_ms_max = 2000               # optional: longest wait between probes
@@ -301,6 +302,7 @@ impl Check<'_> {
         let f = FailoverConfig {
             attempt_ms: raw.attempt_ms.unwrap_or(d.attempt_ms),
             hedge_ms: raw.hedge_ms.unwrap_or(d.hedge_ms),
+            suspect_ms: raw.suspect_ms.unwrap_or(d.suspect_ms),
             probe_ms: raw.probe_ms.unwrap_or(d.probe_ms),
             probe_ms_max: raw.probe_ms_max.unwrap_or(d.probe_ms_max),
         };
@@ -308,13 +310,28 @@ impl Check<'_> {
         if !(1..=fetch).contains(&f.attempt_ms) {
             return Err(self.err(
                 "cluster.attempt_ms",
-                format!("expected 1 to transport.fetch_timeout_ms ({fetch}), found {}", f.attempt_ms),
+                format!(
+                    "expected 1 to transport.fetch_timeout_ms ({fetch}), found {}",
+                    f.attempt_ms
+                ),
             ));
         }
         if f.hedge_ms == 0 || f.hedge_ms >= f.attempt_ms {
             return Err(self.err(
                 "cluster.hedge_ms",
-                format!("expected 1 to below attempt_ms ({}), found {}", f.attempt_ms, f.hedge_ms),
+                format!(
+                    "expected 1 to below attempt_ms ({}), found {}",
+                    f.attempt_ms, f.hedge_ms
+                ),
+            ));
+        }
+        if f.suspect_ms == 0 || f.suspect_ms >= f.attempt_ms {
+            return Err(self.err(
+                "cluster.suspect_ms",
+                format!(
+                    "expected 1 to below attempt_ms ({}), found {}",
+                    f.attempt_ms, f.suspect_ms
+                ),
             ));
         }
         if f.probe_ms == 0 || f.probe_ms > f.probe_ms_max || f.probe_ms_max > 600_000 {

@@ -138,6 +138,8 @@ pub(crate) struct RawCluster {
     #[serde(default)]
     pub(crate) hedge_ms: Option<u64>,
     #[serde(default)]
+    pub(crate) suspect_ms: Option<u64>,
+    #[serde(default)]
     pub(crate) probe_ms: Option<u64>,
     #[serde(default)]
     pub(crate) probe_ms_max: Option<u64>,
