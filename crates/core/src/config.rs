@@ -87,7 +87,7 @@ pub const ATTEMPT_MS_DEFAULT: u64 = 2_000;
 /// Default silence after which a peer is suspected.
 pub const SUSPECT_MS_DEFAULT: u64 = 400;
 /// Default wait before a silent candidate is hedged.
-pub const HEDGE_MS_DEFAULT: u64 = 250;
+pub const HEDGE_MS_DEFAULT: u64 = 150;
 /// Default first probe of a suspect.
 pub const PROBE_MS_DEFAULT: u64 = 250;
 /// Default longest wait between probes.

@@ -161,14 +161,19 @@ impl Cluster {
             }
         };
         if let Some(b) = self.incarnation.batcher() {
-            let claim = b.claim(id, tier, None);
-            match tokio::time::timeout(Duration::from_millis(REGISTER_TIMEOUT_MS), claim).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(block = %id, error = %e, "registering a fetched copy failed")
+            // Registered in the background: the verified bytes are served now, whether or not
+            // the directory has a leader at this moment (after a leader's loss it may not).
+            tokio::spawn(async move {
+                let claim = b.claim(id, tier, None);
+                match tokio::time::timeout(Duration::from_millis(REGISTER_TIMEOUT_MS), claim).await
+                {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(block = %id, error = %e, "registering a fetched copy failed")
+                    }
+                    Err(_) => tracing::warn!(block = %id, "registering a fetched copy timed out"),
                 }
-                Err(_) => tracing::warn!(block = %id, "registering a fetched copy timed out"),
-            }
+            });
         }
         Ok(RemoteHit {
             block,

@@ -74,10 +74,10 @@ impl<E> From<FabricError> for PutFailure<E> {
 impl Fabric {
     /// Receives `body` into a reservation for one block of `req.model`, seals it under
     /// `req.ns`, holds it and records its chunk keys; on a cluster member, claims it in the
-    /// directory (one claim per chunk key, in flight together) and waits for `replication`
-    /// verified copies on distinct members. A body of the wrong length is
-    /// [`FabricError::PayloadLength`] (with the bytes seen so far); the rest of such a body is
-    /// left unread for the caller.
+    /// directory (one claim per chunk key, in flight together) while pushing copies, and
+    /// acknowledges once both the claim committed and `replication` verified copies exist on
+    /// distinct members. A body of the wrong length is [`FabricError::PayloadLength`] (with
+    /// the bytes seen so far); the rest of such a body is left unread for the caller.
     pub async fn put<B: PutBody>(
         &self,
         req: PutRequest<'_>,
@@ -107,10 +107,13 @@ impl Fabric {
         let replicas = match &self.cluster {
             None => REPLICAS_LOCAL,
             Some(cluster) => {
-                cluster
-                    .claim_put(req.ns, sealed.id, sealed.tier, &req.chunk_keys)
-                    .await?;
-                let r = cluster.replicate(req.ns, sealed.id).await;
+                // The claim and the copies in flight together: after a leader's loss both
+                // wait for the next election, once, not one after the other.
+                let (claimed, r) = tokio::join!(
+                    cluster.claim_put(req.ns, sealed.id, sealed.tier, &req.chunk_keys),
+                    cluster.replicate(req.ns, sealed.id)
+                );
+                claimed?;
                 if r.have < r.want {
                     return Err(FabricError::ReplicationIncomplete {
                         block: sealed.id,

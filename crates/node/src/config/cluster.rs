@@ -29,7 +29,7 @@
 //!                                   # peer (at most transport.fetch_timeout_ms)
 //! suspect_ms = 400                  # optional: a peer silent this long in an attempt is
 //!                                   # suspected (left out of placement, tried last, probed)
-//! hedge_ms = 250                    # optional: a silent peer gets company (the next
+//! hedge_ms = 150                    # optional: a silent peer gets company (the next
 //!                                   # candidate starts beside it) after this long
 //! probe_ms = 250                    # optional: first probe of a suspect; then doubling
 //! probe_ms_max = 2000               # optional: longest wait between probes

@@ -199,6 +199,22 @@ impl Cluster {
                 .is_some_and(|v| v == "local")
     }
 
+    /// HEAD of a block on node `id`: its status and `kvfabric-source`; `None` without an
+    /// answer.
+    pub fn get_head(&self, id: u64, block: &str) -> Option<(u16, Option<String>)> {
+        let r = self
+            .agent
+            .head(format!("{}/v1/blocks/{block}", self.api(id)))
+            .call()
+            .ok()?;
+        let source = r
+            .headers()
+            .get("kvfabric-source")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        Some((r.status().as_u16(), source))
+    }
+
     /// HEAD of a block on node `id` (no read, no promotion): its status.
     pub fn head_status(&self, id: u64, block: &str) -> u16 {
         self.head_block(id, block).0
