@@ -17,6 +17,9 @@ pub enum Outcome {
         block: String,
         /// Copies the node acknowledged.
         replicas: u32,
+        /// The nodes that acknowledged holding a copy (the put's `holders`).
+        #[serde(default)]
+        holders: Vec<u64>,
     },
     /// `200` to a get.
     Got {
@@ -117,9 +120,18 @@ impl Client {
         match answer(r) {
             Ok((201, _, body)) => {
                 let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                let holders = v["holders"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|h| h.as_str()?.strip_prefix('n')?.parse().ok())
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 Outcome::Put {
                     block: v["block"].as_str().unwrap_or("").to_owned(),
                     replicas: v["replicas"].as_u64().unwrap_or(0) as u32,
+                    holders,
                 }
             }
             Ok((status, _, body)) => Outcome::Refused {
@@ -226,6 +238,20 @@ impl Client {
             .get("kvfabric-source")
             .is_some_and(|v| v == "local");
         Some(r.status() == 200 && local)
+    }
+
+    /// Whether one node holds `block` in memory (its HEAD answers 200, `kvfabric-source:
+    /// local`, `kvfabric-tier: host` or `gpu`); `None` without an answer.
+    pub fn in_memory(&self, api: &str, block: &str) -> Option<bool> {
+        let r = self
+            .agent
+            .head(format!("{api}/v1/blocks/{block}"))
+            .call()
+            .ok()?;
+        let h = |n: &str| r.headers().get(n).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let local = h("kvfabric-source").as_deref() == Some("local");
+        let memory = matches!(h("kvfabric-tier").as_deref(), Some("host" | "gpu"));
+        Some(r.status() == 200 && local && memory)
     }
 
     /// `GET /v1/cluster`: the leader this node names (node id) and the term.

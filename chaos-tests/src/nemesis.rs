@@ -61,6 +61,50 @@ pub fn sleep_interruptible(ms: u64) {
     }
 }
 
+/// Most blocks a kill's memory snapshot asks about (the newest first).
+const SNAPSHOT_BLOCKS_MAX: usize = 50_000;
+/// Threads asking them.
+const SNAPSHOT_THREADS: usize = 4;
+
+/// The acknowledged blocks node `v` (at `api`) says it holds in memory, asked block by block
+/// (HEAD), for the blocks whose put named it a holder; a block it does not answer about in
+/// time is counted as in memory (the checker must not blame a copy that may have been lost).
+fn memory_snapshot(client: &Client, api: &str, rec: &Recorder, v: u64) -> Vec<String> {
+    let mut blocks: Vec<String> = rec
+        .snapshot()
+        .ops
+        .into_iter()
+        .rev()
+        .filter_map(|o| match o.outcome {
+            crate::client::Outcome::Put { block, holders, .. } if holders.contains(&v) => {
+                Some(block)
+            }
+            _ => None,
+        })
+        .take(SNAPSHOT_BLOCKS_MAX)
+        .collect();
+    blocks.sort();
+    blocks.dedup();
+    let per = blocks.len().div_ceil(SNAPSHOT_THREADS).max(1);
+    std::thread::scope(|s| {
+        let parts: Vec<_> = blocks
+            .chunks(per)
+            .map(|part| {
+                s.spawn(move || {
+                    part.iter()
+                        .filter(|b| client.in_memory(api, b) != Some(false))
+                        .cloned()
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|p| p.join().unwrap_or_default())
+            .collect()
+    })
+}
+
 /// Injects faults until `deadline_ms` (run clock) or an interrupt; leaves everything healed.
 pub fn run(
     nodes: &mut Nodes,
@@ -100,10 +144,13 @@ pub fn run(
             }
         };
         let start_ms = rec.now_ms();
+        let (mut in_memory, mut snapshot_ms) = (Vec::new(), 0.0);
         let (hit, detail): (Vec<u64>, String) = match kind {
             FaultKind::Kill | FaultKind::KillWipe => {
                 let v = pick(rng);
                 if kind == FaultKind::Kill {
+                    snapshot_ms = rec.now_ms();
+                    in_memory = memory_snapshot(&client, &apis[v as usize - 1], rec, v);
                     nodes.kill9(v);
                 } else {
                     nodes.kill_and_wipe(v);
@@ -194,6 +241,8 @@ pub fn run(
             start_ms,
             end_ms: rec.now_ms(),
             detail,
+            in_memory: std::mem::take(&mut in_memory),
+            snapshot_ms,
         });
     }
     heal_all(nodes, net);

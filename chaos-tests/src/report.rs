@@ -89,12 +89,13 @@ pub struct Report {
 }
 
 /// The violation kinds the checker knows.
-pub const VIOLATION_KINDS: [&str; 5] = [
+pub const VIOLATION_KINDS: [&str; 6] = [
     "wrong_read",
     "lost_acked_block",
     "not_linearizable",
     "not_converged",
     "bad_route",
+    "unavailable",
 ];
 
 fn outcome_name(o: &Outcome) -> String {
@@ -224,7 +225,7 @@ impl Report {
         let c = &self.checked;
         let _ = writeln!(
             t,
-            "checked: {} reads, {} acknowledged blocks ({} lost with enough failures to excuse it), {} chunk keys ({} past the checker's bound), {} route answers",
+            "checked: {} reads, {} acknowledged blocks ({} lost by every node that acknowledged holding it: excused), {} chunk keys ({} past the checker's bound), {} route answers",
             c.reads_checked, c.acked_checked, c.lost_excused, c.keys_checked, c.keys_unknown, c.routes_checked
         );
         if c.unmapped_but_held > 0 {
@@ -233,6 +234,43 @@ impl Report {
                 "finding: {} acknowledged blocks still held whose chunk key no longer resolves (every owner record purged for longer than the directory keeps chunk mappings dormant)",
                 c.unmapped_but_held
             );
+        }
+        let _ = writeln!(
+            t,
+            "availability per fault kind (operations to nodes the fault did not hit; judged: >= {:.0}% ok and p99 <= {:.0} ms, during and after, for single-node faults)",
+            crate::availability::SUCCESS_MIN * 100.0,
+            crate::availability::P99_MS_MAX
+        );
+        let _ = writeln!(
+            t,
+            "  {:<22} {:>5} {:>8} {:>7} {:>7}   {:>8} {:>7} {:>7}   {}",
+            "kind / window", "n", "put ok", "p50", "p99", "get ok", "p50", "p99", "verdict"
+        );
+        for k in &c.availability {
+            for (when, w) in [("during", &k.during), ("after", &k.after)] {
+                let pct = |s: &crate::availability::OpStats| format!("{:.1}%", s.rate() * 100.0);
+                let verdict = if !k.judged {
+                    "reported".to_owned()
+                } else {
+                    match (w.put.meets(), w.get.meets()) {
+                        (Some(false), _) | (_, Some(false)) => "BELOW".to_owned(),
+                        (None, _) | (_, None) => "too few to judge".to_owned(),
+                        _ => "met".to_owned(),
+                    }
+                };
+                let _ = writeln!(
+                    t,
+                    "  {:<22} {:>5} {:>8} {:>7.0} {:>7.0}   {:>8} {:>7.0} {:>7.0}   {verdict}",
+                    format!("{} {when}", k.kind.name()),
+                    w.put.ops + w.get.ops,
+                    pct(&w.put),
+                    w.put.p50_ms,
+                    w.put.p99_ms,
+                    pct(&w.get),
+                    w.get.p50_ms,
+                    w.get.p99_ms,
+                );
+            }
         }
         let u = &self.unavailability;
         let _ = writeln!(

@@ -257,6 +257,8 @@ fn drive(
             start_ms: 0.0,
             end_ms: cfg.duration.as_secs_f64() * 1000.0,
             detail: "serves every block with a byte flipped".into(),
+            in_memory: Vec::new(),
+            snapshot_ms: 0.0,
         });
     }
     let workload = Workload::start(
@@ -427,6 +429,7 @@ mod tests {
             outcome: Outcome::Put {
                 block: "aa".repeat(32),
                 replicas: 2,
+                holders: vec![1, 2],
             },
         };
         let h = Recorded {

@@ -24,12 +24,14 @@ use crate::decide::placement::replica_order;
 pub(crate) const REPLICATE_TIMEOUT_MS: u64 = 15_000;
 
 /// What a put's replication achieved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Replicas {
     /// Verified copies that exist, this node's included.
     pub(crate) have: u32,
     /// Copies asked for (the replication factor).
     pub(crate) want: u32,
+    /// The members that answered `Stored` (this node not included).
+    pub(crate) holders: Vec<crate::ids::NodeId>,
 }
 
 impl Cluster {
@@ -56,19 +58,28 @@ impl Cluster {
         #[cfg(feature = "planted-bugs")]
         if kvfabric_transport::planted::active("early-ack") {
             // Planted bug (chaos harness): acknowledge every copy before any exists.
-            return Replicas { have: want, want };
+            // It names the members a put would have copied to, as an honest one would.
+            let need = want.saturating_sub(1) as usize;
+            let holders = self.replica_order(&id).into_iter().take(need).map(|m| m.id);
+            return Replicas {
+                have: want,
+                want,
+                holders: holders.collect(),
+            };
         }
         let need = want.saturating_sub(1) as usize;
-        let copies = self.copy_to_peers(ns, id, need, &[]).await;
+        let holders = self.copy_to_peers(ns, id, need, &[]).await;
         Replicas {
-            have: 1 + copies as u32,
+            have: 1 + holders.len() as u32,
             want,
+            holders,
         }
     }
 
     /// Pushes verified copies of `(ns, id)`, read from this node's store, to live members
     /// other than `exclude`, in [`Cluster::replica_order`], until `need` answered `Stored`, the
-    /// candidates ran out, or [`REPLICATE_TIMEOUT_MS`] passed; returns the copies made. Each
+    /// candidates ran out, or [`REPLICATE_TIMEOUT_MS`] passed; returns the members that took a
+    /// copy. Each
     /// push is bounded by `failover.attempt_ms`; one that fails is replaced at once, one
     /// silent for `failover.hedge_ms` gets company (`attempt`); each outcome feeds peer
     /// health, so a member that did not answer is left out of the next put's placement.
@@ -78,19 +89,19 @@ impl Cluster {
         id: BlockId,
         need: usize,
         exclude: &[crate::ids::NodeId],
-    ) -> usize {
+    ) -> Vec<crate::ids::NodeId> {
         if need == 0 {
-            return 0;
+            return Vec::new();
         }
         let block = match self.local.get(&[ns], &id) {
             Ok(Some((b, _))) => Arc::new(b),
             Ok(None) => {
                 tracing::warn!(block = %id, "no local copy to replicate (deleted meanwhile)");
-                return 0;
+                return Vec::new();
             }
             Err(e) => {
                 tracing::warn!(block = %id, error = %e, "reading the block to replicate");
-                return 0;
+                return Vec::new();
             }
         };
         let candidates: Vec<Member> = self
@@ -117,11 +128,11 @@ impl Cluster {
         match tokio::time::timeout(limit, gathered).await {
             Ok(g) => {
                 self.check_abandoned(g.abandoned.iter().map(|m| m.id).collect());
-                g.won.len()
+                g.won.into_iter().map(|(m, ())| m.id).collect()
             }
             Err(_) => {
                 tracing::warn!(block = %id, "replication ran past its bound");
-                0
+                Vec::new()
             }
         }
     }

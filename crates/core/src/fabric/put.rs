@@ -13,7 +13,7 @@ use kvfabric_store::{BlockId, ByteCount, Dedup, NamespaceKey, PutForm, Tier};
 
 use super::Fabric;
 use crate::error::FabricError;
-use crate::ids::ChunkKey;
+use crate::ids::{ChunkKey, NodeId};
 use crate::local::{PutError, PutSession};
 use crate::presets::Model;
 
@@ -42,7 +42,7 @@ pub struct PutRequest<'a> {
 }
 
 /// An acknowledged put.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct PutDone {
     /// Content id.
     pub id: BlockId,
@@ -54,6 +54,8 @@ pub struct PutDone {
     pub tier: Tier,
     /// Verified copies on distinct nodes, this one's included.
     pub replicas: u32,
+    /// The nodes that acknowledged holding a verified copy, this one first.
+    pub holders: Vec<NodeId>,
 }
 
 /// Why a put failed: its body, or the fabric.
@@ -104,8 +106,8 @@ impl Fabric {
             Err(PutError::Local(e)) => return Err(FabricError::from(e).into()),
         };
         tracing::debug!(block = %sealed.id, model = %g.name, dedup = sealed.dedup.name(), "sealed");
-        let replicas = match &self.cluster {
-            None => REPLICAS_LOCAL,
+        let (replicas, holders) = match &self.cluster {
+            None => (REPLICAS_LOCAL, vec![self.me]),
             Some(cluster) => {
                 // The claim and the copies in flight together: after a leader's loss both
                 // wait for the next election, once, not one after the other.
@@ -122,7 +124,8 @@ impl Fabric {
                     }
                     .into());
                 }
-                r.have
+                let holders = std::iter::once(self.me).chain(r.holders).collect();
+                (r.have, holders)
             }
         };
         Ok(PutDone {
@@ -131,6 +134,7 @@ impl Fabric {
             bytes: sealed.bytes,
             tier: sealed.tier,
             replicas,
+            holders,
         })
     }
 }

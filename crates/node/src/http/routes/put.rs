@@ -37,6 +37,8 @@ struct PutResponse {
     bytes: u64,
     /// Nodes holding a verified copy.
     replicas: u32,
+    /// The nodes that acknowledged holding one (`n<id>`, this node first).
+    holders: Vec<String>,
 }
 
 /// What the headers decided, before any byte of the body is read.
@@ -128,6 +130,7 @@ pub(crate) async fn put_block(
         dedup: done.dedup.name(),
         bytes: done.bytes.0,
         replicas: done.replicas,
+        holders: done.holders.iter().map(|n| n.to_string()).collect(),
     };
     Ok((StatusCode::CREATED, super::json(&resp)).into_response())
 }
