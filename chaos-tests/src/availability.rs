@@ -162,7 +162,16 @@ pub fn per_kind(h: &Recorded) -> Vec<KindAvailability> {
             }
             let (what, ok) = match (&op.request, &op.outcome) {
                 (Request::Put { .. }, o) => (0, matches!(o, Outcome::Put { .. })),
-                (Request::Get { .. }, o) => (1, matches!(o, Outcome::Got { bytes_match: true, .. })),
+                (Request::Get { .. }, o) => (
+                    1,
+                    matches!(
+                        o,
+                        Outcome::Got {
+                            bytes_match: true,
+                            ..
+                        }
+                    ),
+                ),
                 _ => continue,
             };
             for (w, (from, to)) in windows.iter().enumerate() {
@@ -233,7 +242,9 @@ mod tests {
             in_memory: vec![],
             snapshot_ms: 0.0,
         };
-        let mut ops: Vec<Op> = (0..100).map(|i| op(2, i as f64 * 5.0, 20.0, true)).collect();
+        let mut ops: Vec<Op> = (0..100)
+            .map(|i| op(2, i as f64 * 5.0, 20.0, true))
+            .collect();
         ops.extend((0..50).map(|i| op(1, i as f64 * 5.0, 3_000.0, false)));
         ops.push(op(3, 10.0, 2_000.0, true));
         let h = Recorded {
@@ -245,12 +256,16 @@ mod tests {
         assert_eq!(k.during.put.ops, 101, "n1's operations are left out");
         assert_eq!(k.during.put.ok, 101);
         assert_eq!(k.during.put.p50_ms, 20.0);
-        assert_eq!(k.during.put.p99_ms, 20.0, "one slow put in 101 is below p99");
+        assert_eq!(
+            k.during.put.p99_ms, 20.0,
+            "one slow put in 101 is below p99"
+        );
         assert!(k.shortfalls().is_empty(), "{:?}", k.shortfalls());
         assert_eq!(k.after.put.meets(), None, "too few after the heal to judge");
 
         let mut slow = h.clone();
-        slow.ops.extend((0..5).map(|i| op(2, 100.0 + i as f64, 2_000.0, false)));
+        slow.ops
+            .extend((0..5).map(|i| op(2, 100.0 + i as f64, 2_000.0, false)));
         let k = &per_kind(&slow)[0];
         let short = k.shortfalls();
         assert_eq!(short.len(), 1, "{short:?}");

@@ -160,11 +160,14 @@ pub fn check(h: &Recorded, end: &FinalState) -> Checked {
     }
     // Lost acknowledged blocks.
     for op in &h.ops {
-        let (Request::Put { .. }, Outcome::Put {
-            block,
-            replicas,
-            holders: acked_by,
-        }) = (&op.request, &op.outcome)
+        let (
+            Request::Put { .. },
+            Outcome::Put {
+                block,
+                replicas,
+                holders: acked_by,
+            },
+        ) = (&op.request, &op.outcome)
         else {
             continue;
         };

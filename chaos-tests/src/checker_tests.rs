@@ -126,21 +126,36 @@ fn a_lost_block_is_excused_only_when_every_holder_lost_its_copy() {
             faults,
         };
         let c = check(&h, &end(vec![]));
-        (c.by_kind().get("lost_acked_block").copied().unwrap_or(0), c.lost_excused)
+        (
+            c.by_kind().get("lost_acked_block").copied().unwrap_or(0),
+            c.lost_excused,
+        )
     };
     // One holder wiped, the other untouched: a loss nobody excuses.
     assert_eq!(lost(vec![fault(FaultKind::KillWipe, 1, &[])]), (1, 0));
     // Two nodes failed, but n3 was not a holder (the old rule excused this).
-    let not_holders = vec![fault(FaultKind::KillWipe, 1, &[]), fault(FaultKind::KillWipe, 3, &[])];
+    let not_holders = vec![
+        fault(FaultKind::KillWipe, 1, &[]),
+        fault(FaultKind::KillWipe, 3, &[]),
+    ];
     assert_eq!(lost(not_holders), (1, 0));
     // Both holders wiped: excused.
-    let both = vec![fault(FaultKind::KillWipe, 1, &[]), fault(FaultKind::KillWipe, 2, &[])];
+    let both = vec![
+        fault(FaultKind::KillWipe, 1, &[]),
+        fault(FaultKind::KillWipe, 2, &[]),
+    ];
     assert_eq!(lost(both), (0, 1));
     // n2 killed with its copy on disk (its snapshot says so: not in memory): not excused.
-    let on_disk = vec![fault(FaultKind::KillWipe, 1, &[]), fault(FaultKind::Kill, 2, &[])];
+    let on_disk = vec![
+        fault(FaultKind::KillWipe, 1, &[]),
+        fault(FaultKind::Kill, 2, &[]),
+    ];
     assert_eq!(lost(on_disk), (1, 0));
     // n2 killed with the copy in memory: excused.
-    let in_memory = vec![fault(FaultKind::KillWipe, 1, &[]), fault(FaultKind::Kill, 2, &[B])];
+    let in_memory = vec![
+        fault(FaultKind::KillWipe, 1, &[]),
+        fault(FaultKind::Kill, 2, &[B]),
+    ];
     assert_eq!(lost(in_memory), (0, 1));
 }
 

@@ -248,7 +248,12 @@ impl Client {
             .head(format!("{api}/v1/blocks/{block}"))
             .call()
             .ok()?;
-        let h = |n: &str| r.headers().get(n).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let h = |n: &str| {
+            r.headers()
+                .get(n)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
         let local = h("kvfabric-source").as_deref() == Some("local");
         let memory = matches!(h("kvfabric-tier").as_deref(), Some("host" | "gpu"));
         Some(r.status() == 200 && local && memory)
