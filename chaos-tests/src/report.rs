@@ -243,8 +243,8 @@ impl Report {
         );
         let _ = writeln!(
             t,
-            "  {:<22} {:>5} {:>8} {:>7} {:>7}   {:>8} {:>7} {:>7}   {}",
-            "kind / window", "n", "put ok", "p50", "p99", "get ok", "p50", "p99", "verdict"
+            "  {:<22} {:>5} {:>8} {:>7} {:>7}   {:>8} {:>7} {:>7}   verdict",
+            "kind / window", "n", "put ok", "p50", "p99", "get ok", "p50", "p99"
         );
         for k in &c.availability {
             for (when, w) in [("during", &k.during), ("after", &k.after)] {
