@@ -261,17 +261,26 @@ impl Client {
 
     /// `GET /v1/cluster`: the leader this node names (node id) and the term.
     pub fn leader(&self, api: &str) -> Option<(Option<u64>, u64)> {
+        let v = self.cluster(api)?;
+        Some((leader_named(&v), v["term"].as_u64()?))
+    }
+
+    /// `GET /v1/cluster` of `api`, when it answers 200 with JSON.
+    fn cluster(&self, api: &str) -> Option<serde_json::Value> {
         let (status, _, body) = answer(self.agent.get(format!("{api}/v1/cluster")).call()).ok()?;
         if status != 200 {
             return None;
         }
-        let v: serde_json::Value = serde_json::from_slice(&body).ok()?;
-        let leader = v["leader"]
-            .as_str()
-            .map(|s| s.trim_start_matches('n'))
-            .and_then(|s| s.parse().ok())
-            .or_else(|| v["leader"].as_u64());
-        Some((leader, v["term"].as_u64()?))
+        serde_json::from_slice(&body).ok()
+    }
+
+    /// The leader node `api` names and whether it takes every member for live (its
+    /// directory lease current), from `GET /v1/cluster`.
+    pub fn view(&self, api: &str) -> Option<(Option<u64>, bool)> {
+        let v = self.cluster(api)?;
+        let members = v["members"].as_array()?;
+        let all_live = !members.is_empty() && members.iter().all(|m| m["healthy"] == true);
+        Some((leader_named(&v), all_live))
     }
 
     /// Whether `/readyz` answers 200.
@@ -281,6 +290,15 @@ impl Client {
             Ok((200, _, _))
         )
     }
+}
+
+/// The leader a `/v1/cluster` answer names (`"n2"`, or a bare number).
+fn leader_named(v: &serde_json::Value) -> Option<u64> {
+    v["leader"]
+        .as_str()
+        .map(|s| s.trim_start_matches('n'))
+        .and_then(|s| s.parse().ok())
+        .or_else(|| v["leader"].as_u64())
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! The nemesis: one fault at a time, drawn from the seed — kill -9 (disk kept), kill -9 with
 //! the block store wiped, SIGSTOP pauses, partitions (isolated leader, majority / minority,
 //! asymmetric), packet loss, user-space delay, corruption of on-disk block segments — held for
-//! a while, then healed. Every fault is recorded with the nodes it hit and whether the leader
-//! was among them.
+//! a while, then healed. The next fault waits for the quiet time and then for the cluster to
+//! settle (every node ready, one leader, every member live). Every fault is recorded with the
+//! nodes it hit and whether the leader was among them.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -44,6 +45,31 @@ pub fn current_leader(client: &Client, apis: &[String]) -> Option<u64> {
     apis.iter()
         .filter_map(|a| client.leader(a))
         .find_map(|(l, _)| l)
+}
+
+/// Longest wait for the cluster to settle before the next fault.
+const SETTLE_MS_MAX: u64 = 20_000;
+
+/// Waits (at most [`SETTLE_MS_MAX`], or until interrupted) until every node is ready, names
+/// the same leader and takes every member for live: each fault starts from a recovered
+/// cluster, so what the operations during it suffer is that fault's doing, not the tail of
+/// the one before (a member whose lease ran out in a partition rejoins first).
+fn settle(client: &Client, apis: &[String]) {
+    let mut waited = 0;
+    while waited < SETTLE_MS_MAX && !interrupted() {
+        let views: Vec<_> = apis.iter().map(|a| client.view(a)).collect();
+        let leader = views.first().and_then(|v| v.and_then(|(l, _)| l));
+        if leader.is_some()
+            && views
+                .iter()
+                .all(|v| matches!(v, Some((l, true)) if *l == leader))
+            && apis.iter().all(|a| client.ready(a))
+        {
+            return;
+        }
+        sleep_interruptible(200);
+        waited += 200;
+    }
 }
 
 /// Whether SIGINT / SIGTERM arrived.
@@ -121,6 +147,7 @@ pub fn run(
     let mut order: Vec<FaultKind> = Vec::new();
     loop {
         sleep_interruptible(rng.range(pace.quiet_ms.0, pace.quiet_ms.1));
+        settle(&client, &apis);
         if INTERRUPTED.load(Ordering::SeqCst) || rec.now_ms() >= deadline_ms {
             break;
         }

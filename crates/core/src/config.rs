@@ -71,7 +71,8 @@ pub struct FailoverConfig {
     /// Bound on one exchange with one peer: pushing a copy, fetching or probing an owner. A
     /// peer that does not answer within it is suspected.
     pub attempt_ms: u64,
-    /// After this long without an answer, the next candidate is started beside a silent one.
+    /// After this long without an answer, the next owner is asked beside a silent one (reads;
+    /// a push gets company only once its peer is suspected, `suspect_ms`).
     pub hedge_ms: u64,
     /// After this long without an answer, a peer is suspected (its attempt goes on; an answer
     /// clears it).

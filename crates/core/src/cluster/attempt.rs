@@ -7,8 +7,9 @@
 //! starts beside it (the slow one keeps running, and whichever answers first counts). Every
 //! attempt is bounded by the caller (its `attempt` future ends in a typed timeout), so the
 //! whole exchange is bounded by the candidates' count times the attempt bound. Attempts still
-//! running when enough succeeded are dropped (a dropped push or fetch is cancelled: its stream
-//! reset, its buffer freed, nothing installed) and named in [`Gathered::abandoned`]: the caller
+//! running when enough succeeded are dropped (a dropped fetch is cancelled: its stream reset,
+//! its buffer freed, nothing installed; a dropped push is too, unless its peer had the whole
+//! block already, which then keeps a copy) and named in [`Gathered::abandoned`]: the caller
 //! probes them, so that a silent one is still suspected rather than hedged again by every
 //! request, without moving a block for nothing.
 

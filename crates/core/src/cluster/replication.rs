@@ -3,9 +3,12 @@
 //!
 //! Peers are chosen deterministically among the members whose lease is current, in the
 //! rendezvous order of [`crate::decide::placement`], members this node suspects dead last.
-//! A peer that fails is replaced by the next in that order at once, one that is silent for
-//! `failover.hedge_ms` gets the next beside it, and each push is bounded by
-//! `failover.attempt_ms`. Each push is one round trip on the block transport: the peer receives
+//! A peer that fails is replaced by the next in that order at once, one that is silent until
+//! it is suspected (`failover.suspect_ms`, never sooner than `failover.hedge_ms`) gets the next
+//! beside it, and each push is bounded by `failover.attempt_ms`. Pushes are hedged later than
+//! reads: a push answers only once the copy is installed and registered (a directory commit),
+//! which under load often takes longer than `hedge_ms`, and a spare push that lands is an extra
+//! copy, where a spare read costs only the bytes. Each push is one round trip on the block transport: the peer receives
 //! the bytes through the same streaming receiver as a fetch (hashed as they land, refused if
 //! they do not match the id), installs the copy, registers itself as an owner under its epoch
 //! (`source`), and only then answers. The whole wait is bounded by [`REPLICATE_TIMEOUT_MS`];
@@ -81,7 +84,7 @@ impl Cluster {
     /// candidates ran out, or [`REPLICATE_TIMEOUT_MS`] passed; returns the members that took a
     /// copy. Each
     /// push is bounded by `failover.attempt_ms`; one that fails is replaced at once, one
-    /// silent for `failover.hedge_ms` gets company (`attempt`); each outcome feeds peer
+    /// silent until suspected gets company (`attempt`); each outcome feeds peer
     /// health, so a member that did not answer is left out of the next put's placement.
     pub(crate) async fn copy_to_peers(
         self: &Arc<Self>,
@@ -109,7 +112,8 @@ impl Cluster {
             .into_iter()
             .filter(|m| !exclude.contains(&m.id))
             .collect();
-        let hedge = Duration::from_millis(self.config.failover.hedge_ms);
+        let f = self.config.failover;
+        let hedge = Duration::from_millis(f.hedge_ms.max(f.suspect_ms));
         let push = |m: Member| {
             let (cluster, block) = (self.clone(), block.clone());
             async move {

@@ -22,15 +22,16 @@
 //! batch_delay_ms_max = 5            # optional: longest records gather while the pipeline is full
 //! batch_inflight_max = 4            # optional: ownership entries pipelined per node
 //! heartbeat_interval_ms = 100       # optional, Raft
-//! election_timeout_min_ms = 400     # optional, Raft
-//! election_timeout_max_ms = 800     # optional, Raft
+//! election_timeout_min_ms = 200     # optional, Raft
+//! election_timeout_max_ms = 350     # optional, Raft
 //! rpc_timeout_ms = 1000             # optional, Raft: one RPC
 //! attempt_ms = 2000                 # optional: bound on one push, fetch or probe of one
 //!                                   # peer (at most transport.fetch_timeout_ms)
 //! suspect_ms = 400                  # optional: a peer silent this long in an attempt is
 //!                                   # suspected (left out of placement, tried last, probed)
-//! hedge_ms = 150                    # optional: a silent peer gets company (the next
-//!                                   # candidate starts beside it) after this long
+//! hedge_ms = 150                    # optional: a silent owner gets company in a read (the
+//!                                   # next starts beside it) after this long; a push, once
+//!                                   # its peer is suspected
 //! probe_ms = 250                    # optional: first probe of a suspect; then doubling
 //! probe_ms_max = 2000               # optional: longest wait between probes
 //!
@@ -58,16 +59,20 @@ pub(crate) const MEMBERS_MAX: usize = 64;
 /// Highest replication factor.
 pub(crate) const REPLICATION_MAX: u32 = 8;
 
-/// Raft's timing on a node: heartbeats every 100 ms, an election after 400–800 ms without
-/// one, an RPC bounded by 1 s. A leader's loss costs its followers one election timeout
-/// (at most 800 ms) and an election round trip before writes commit again; a write forwarded
-/// to the dead leader is abandoned as soon as the leadership moves (see `docs/API.md`,
-/// "Failover").
+/// Raft's timing on a node: heartbeats every 100 ms (also openraft's bound on one
+/// AppendEntries), election timeouts of 200–350 ms, an RPC bounded by 1 s. openraft 0.9 lets
+/// a follower that stops hearing its leader wait out the leader's lease (the maximum, 350 ms)
+/// and then its own timeout (drawn in 200–350 ms at start), checked on a 150 ms tick:
+/// 0.55–0.85 s before it asks for votes, then a round trip and one commit. Two followers that
+/// ask on the same tick split the vote, and the winner asks again after its timeout (0.2–0.5
+/// s more); a member whose log is shorter than one it has seen waits 0.7 s longer, so the
+/// most up-to-date survivor wins. A write forwarded to the dead leader is abandoned as soon
+/// as the leadership moves (see `docs/API.md`, "Failover").
 pub(crate) fn raft_defaults() -> DirectoryConfig {
     DirectoryConfig {
         heartbeat_interval_ms: 100,
-        election_timeout_min_ms: 400,
-        election_timeout_max_ms: 800,
+        election_timeout_min_ms: 200,
+        election_timeout_max_ms: 350,
         rpc_timeout_ms: 1_000,
         ..DirectoryConfig::default()
     }
