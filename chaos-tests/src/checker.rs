@@ -16,8 +16,8 @@
 //!   node cannot answer now); any other status is `bad_route`; must be 0.
 //! - **availability**, per fault kind ([`crate::availability`]): put and get success rate and
 //!   latency p50 / p99 during the fault and after it was healed, counting the operations sent
-//!   to nodes the fault did not hit; a single-node fault below its thresholds is
-//!   `unavailable`.
+//!   to nodes the fault did not hit, each kind's faults pooled; a single-node fault kind
+//!   below its thresholds (however few operations it had) is `unavailable`.
 //! - **convergence** and **unavailability** come from the run ([`FinalState`]).
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -170,7 +170,7 @@ pub fn run(
                 _ => any,
             }
         };
-        let start_ms = rec.now_ms();
+        let mut start_ms = rec.now_ms();
         let (mut in_memory, mut snapshot_ms) = (Vec::new(), 0.0);
         let (hit, detail): (Vec<u64>, String) = match kind {
             FaultKind::Kill | FaultKind::KillWipe => {
@@ -178,6 +178,9 @@ pub fn run(
                 if kind == FaultKind::Kill {
                     snapshot_ms = rec.now_ms();
                     in_memory = memory_snapshot(&client, &apis[v as usize - 1], rec, v);
+                    // The fault begins at the kill, not at the snapshot before it (the node
+                    // served throughout the snapshot; counting that time would dilute it).
+                    start_ms = rec.now_ms();
                     nodes.kill9(v);
                 } else {
                     nodes.kill_and_wipe(v);
@@ -252,7 +255,10 @@ pub fn run(
             FaultKind::CorruptDisk => {
                 let v = rng.below(n) + 1;
                 let flipped = nodes.corrupt_segments(v, rng, 8);
-                (vec![v], format!("{flipped} bytes flipped"))
+                // The node keeps running on its corrupted segments for the hold: that is the
+                // window its availability is judged in (the bytes stay flipped after it).
+                sleep_interruptible(hold);
+                (vec![v], format!("{flipped} bytes flipped, held {hold} ms"))
             }
             FaultKind::LyingPeer => (Vec::new(), String::new()),
         };

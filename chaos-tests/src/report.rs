@@ -237,30 +237,29 @@ impl Report {
         }
         let _ = writeln!(
             t,
-            "availability per fault kind (operations to nodes the fault did not hit; judged: >= {:.0}% ok and p99 <= {:.0} ms, during and after, for single-node faults)",
+            "availability per fault kind, all its faults pooled (operations to nodes the fault did not hit, in flight during it / begun in the {:.0} s after its heal; judged: >= {:.0}% ok and p99 <= {:.0} ms, during and after, for single-node faults)",
+            crate::availability::AFTER_MS / 1000.0,
             crate::availability::SUCCESS_MIN * 100.0,
             crate::availability::P99_MS_MAX
         );
         let _ = writeln!(
             t,
-            "  {:<22} {:>5} {:>8} {:>7} {:>7}   {:>8} {:>7} {:>7}   verdict",
-            "kind / window", "n", "put ok", "p50", "p99", "get ok", "p50", "p99"
+            "  {:<22} {:>5} {:>8} {:>7} {:>7}   {:>8} {:>7} {:>7} {:>5}   verdict",
+            "kind / window", "n", "put ok", "p50", "p99", "get ok", "p50", "p99", "left"
         );
+        let mut left_out = 0;
         for k in &c.availability {
             for (when, w) in [("during", &k.during), ("after", &k.after)] {
+                left_out += w.gets_left_out;
                 let pct = |s: &crate::availability::OpStats| format!("{:.1}%", s.rate() * 100.0);
-                let verdict = if !k.judged {
-                    "reported".to_owned()
-                } else {
-                    match (w.put.meets(), w.get.meets()) {
-                        (Some(false), _) | (_, Some(false)) => "BELOW".to_owned(),
-                        (None, _) | (_, None) => "too few to judge".to_owned(),
-                        _ => "met".to_owned(),
-                    }
+                let verdict = match (k.judged, w.put.meets() && w.get.meets()) {
+                    (false, _) => "reported",
+                    (true, true) => "met",
+                    (true, false) => "BELOW",
                 };
                 let _ = writeln!(
                     t,
-                    "  {:<22} {:>5} {:>8} {:>7.0} {:>7.0}   {:>8} {:>7.0} {:>7.0}   {verdict}",
+                    "  {:<22} {:>5} {:>8} {:>7.0} {:>7.0}   {:>8} {:>7.0} {:>7.0} {:>5}   {verdict}",
                     format!("{} {when}", k.kind.name()),
                     w.put.ops + w.get.ops,
                     pct(&w.put),
@@ -269,9 +268,14 @@ impl Report {
                     pct(&w.get),
                     w.get.p50_ms,
                     w.get.p99_ms,
+                    w.gets_left_out,
                 );
             }
         }
+        let _ = writeln!(
+            t,
+            "  gets left out (failed while no truthful holder of the block was live and still had its copy): {left_out}"
+        );
         let u = &self.unavailability;
         let _ = writeln!(
             t,
