@@ -17,12 +17,14 @@
 //! `kvfabric bench reuse` ([`reuse`]): routing policies compared through `kvfabric router`.
 //! `kvfabric bench failover` ([`failover`]): put and get latency with one of three nodes
 //! SIGKILLed against all healthy.
+//! `kvfabric bench replication` ([`replication`]): a put's copy pushed against pulled.
 //! `kvfabric bench store` ([`store`]) and `kvfabric bench transport` ([`transport`]): the
 //! store and transport crates' benchmarks, the same code as their cargo bench targets.
 
 mod etcd;
 mod failover;
 mod kvf;
+mod replication;
 mod report;
 mod reuse;
 mod reuse_report;
@@ -47,6 +49,8 @@ enum BenchCommand {
     Directory(DirectoryArgs),
     /// Put and get latency with one of three nodes SIGKILLed against all healthy.
     Failover(failover::FailoverArgs),
+    /// A put's copy pushed (the fabric's way) against pulled (the way it replaced).
+    Replication(replication::ReplicationArgs),
     /// The multi-agent workload through `kvfabric router`: round-robin vs prefix-only vs
     /// kvfabric scoring on a 3-node cluster.
     Reuse(reuse::ReuseArgs),
@@ -88,6 +92,7 @@ pub(crate) struct DirectoryArgs {
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     match a.which {
         BenchCommand::Directory(d) => run_directory(d),
+        BenchCommand::Replication(r) => replication::run(r),
         BenchCommand::Reuse(r) => reuse::run(r),
         BenchCommand::Failover(f) => failover::run(f),
         BenchCommand::Store(s) => store::run(s),
