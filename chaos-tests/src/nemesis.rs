@@ -13,6 +13,7 @@ use crate::history::{Fault, FaultKind, Recorder};
 use crate::nodes::Nodes;
 use crate::relay::{Net, Rules};
 use crate::rng::Rng;
+use kvfabric_progress::Progress;
 
 /// Set by SIGINT / SIGTERM: the run stops injecting, heals, cuts its final checks short,
 /// cleans up and reports what it checked.
@@ -131,7 +132,9 @@ fn memory_snapshot(client: &Client, api: &str, rec: &Recorder, v: u64) -> Vec<St
     })
 }
 
-/// Injects faults until `deadline_ms` (run clock) or an interrupt; leaves everything healed.
+/// Injects faults until `deadline_ms` (run clock) or an interrupt, naming each on `bar`;
+/// leaves everything healed.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     nodes: &mut Nodes,
     net: &Net,
@@ -140,8 +143,10 @@ pub fn run(
     pace: Pace,
     kinds: &[FaultKind],
     deadline_ms: f64,
+    bar: &Progress,
 ) {
     let client = Client::new(Duration::from_secs(2));
+    let mut injected = 0u64;
     let apis: Vec<String> = nodes.layout.iter().map(|n| n.api()).collect();
     let n = nodes.len() as u64;
     let mut order: Vec<FaultKind> = Vec::new();
@@ -172,6 +177,8 @@ pub fn run(
         };
         let mut start_ms = rec.now_ms();
         let (mut in_memory, mut snapshot_ms) = (Vec::new(), 0.0);
+        injected += 1;
+        bar.message(format!("fault {injected}: {}", kind.name()));
         let (hit, detail): (Vec<u64>, String) = match kind {
             FaultKind::Kill | FaultKind::KillWipe => {
                 let v = pick(rng);
@@ -267,6 +274,10 @@ pub fn run(
             FaultKind::PartitionAsymmetric => false,
             _ => leader.is_some_and(|l| hit.contains(&l)),
         };
+        bar.message(format!(
+            "{injected} faults; last {} on {hit:?} ({detail})",
+            kind.name()
+        ));
         rec.fault(Fault {
             kind,
             nodes: hit,

@@ -2,6 +2,7 @@
 //! boundary. Each variant says what was expected and what was found; the node maps them onto
 //! its HTTP statuses and codes.
 
+use kvfabric_store::arena::ArenaError;
 use kvfabric_store::{BlockId, StoreError};
 
 use crate::local::LocalError;
@@ -24,6 +25,17 @@ pub enum FabricError {
         /// Bytes received (at least this many when the body ran past `expected`).
         found: u64,
     },
+    /// The block-info log failed (at open).
+    #[error("block-info log in {dir}: {reason}")]
+    InfoLog {
+        /// Its directory.
+        dir: String,
+        /// What failed.
+        reason: String,
+    },
+    /// A put's engine identity does not fit its block (checked before any byte is read).
+    #[error("engine metadata: {0}")]
+    EngineBlock(crate::events::engine::EngineBlockError),
     /// No block with this id is visible to the caller (absent, or another tenant's: the same
     /// answer either way).
     #[error("block not found")]
@@ -66,9 +78,36 @@ pub enum FabricError {
         /// What was expected and found, or the I/O error.
         reason: String,
     },
+    /// A per-request arena refused: its model, a layer, a row's length, a group's state, or
+    /// the table's bounds (an unknown arena is [`FabricError::NotFound`]).
+    #[error(transparent)]
+    Arena(ArenaError),
+    /// The arena is visible to the caller (a shared namespace) but not theirs to change.
+    #[error("this caller may not change arenas of that namespace")]
+    ArenaForbidden,
+    /// The OS's random source failed (arena handles are drawn from it).
+    #[error("random source: {0}")]
+    Random(String),
     /// A route whose model was not named and could not be inferred.
     #[error("{0}")]
     ModelRequired(String),
+    /// A membership change that is not allowed as asked (what and why).
+    #[error("membership change refused: {0}")]
+    MembershipRefused(String),
+    /// A membership change that did not complete within its bound; what was done stays, and
+    /// asking again resumes from there.
+    #[error("membership change incomplete: {0}")]
+    MembershipIncomplete(String),
+}
+
+impl From<ArenaError> for FabricError {
+    fn from(e: ArenaError) -> FabricError {
+        match e {
+            // Ids are handles the table resolves first: a stale one is an absent arena.
+            ArenaError::UnknownArena(_) => FabricError::NotFound,
+            other => FabricError::Arena(other),
+        }
+    }
 }
 
 impl From<LocalError> for FabricError {
@@ -76,6 +115,7 @@ impl From<LocalError> for FabricError {
         match e {
             LocalError::Store(s) => FabricError::Store(s),
             LocalError::Poisoned => FabricError::Poisoned,
+            LocalError::InfoLog { dir, reason } => FabricError::InfoLog { dir, reason },
         }
     }
 }

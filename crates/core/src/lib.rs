@@ -1,16 +1,16 @@
 //! kvfabric's fabric core: the use-cases of a node, without HTTP.
 //!
 //! Owns: [`Fabric`], the one type whose methods are the node's use-cases (put, get, head,
-//! delete, lookup, route) and views ([`fabric`]); the local side — the tiered store with what
+//! delete, lookup, route, the per-request arenas of hybrid models) and views ([`fabric`]); the local side — the tiered store with what
 //! this node holds and the chunk keys put on it ([`local`]); the node's KV event log
-//! ([`events`]); the cluster side — membership and leases, replication, cross-node gets,
-//! re-replication, tier sync, the control protocol, the Raft network and the measured
-//! bandwidths ([`cluster`]: async drivers); the decisions they act on as pure functions of
-//! `now` and state — liveness, replica placement, owner ranking, repair plans, route scores
-//! ([`decide`]); the model
-//! catalog ([`presets`]); the validated configuration it runs with ([`config`]); its error
-//! ([`error`]); and a harness of several fabrics in one process over in-memory networks and
-//! a manual clock, for deterministic multi-node tests ([`testing`]).
+//! ([`events`]); the cluster side — membership and leases, live membership changes (add,
+//! drain, remove), replication, cross-node gets, re-replication, tier sync, the control
+//! protocol, the Raft network and the measured bandwidths ([`cluster`]: async drivers); the
+//! decisions they act on as pure functions of `now` and state — liveness, peer health,
+//! replica placement, owner ranking, repair and drain plans, route scores ([`decide`]); the
+//! model catalog ([`presets`]); the validated configuration it runs with ([`config`]); its
+//! error ([`error`]); and a harness of several fabrics in one process over in-memory
+//! networks and a manual clock, for deterministic multi-node tests ([`testing`]).
 //!
 //! Must never: know about HTTP (callers map [`FabricError`] onto their answers); serve bytes
 //! that the store has not verified against the id asked for; let one tenant read, look up or

@@ -8,10 +8,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
+use kvfabric_store::arena::RequestArena;
 use kvfabric_store::geometry::accounting::block_bytes;
 use kvfabric_store::geometry::preset::{builtin_presets, load_dir};
 use kvfabric_store::geometry::{Attention, BlockLayout};
-use kvfabric_store::{ModelGeometry, StoreError, HEADER_LEN};
+use kvfabric_store::{ByteCount, ModelGeometry, StoreError, HEADER_LEN};
 use serde::Serialize;
 
 /// One preset with its derived layout.
@@ -122,6 +123,15 @@ impl Catalog {
     /// Whole stored size of the smallest storable block.
     pub fn smallest_block_bytes(&self) -> Option<u64> {
         self.storable_block_bytes().min()
+    }
+
+    /// The hybrid preset whose per-request arena is largest, and that arena's size; `None`
+    /// without a hybrid preset.
+    pub fn largest_arena(&self) -> Option<(&Model, ByteCount)> {
+        self.models
+            .iter()
+            .filter_map(|m| RequestArena::size_for(&m.geometry).ok().map(|b| (m, b)))
+            .max_by_key(|(_, b)| b.0)
     }
 
     fn storable_block_bytes(&self) -> impl Iterator<Item = u64> + '_ {

@@ -208,6 +208,12 @@ impl FabricCluster {
             clock: self.clock.clone(),
             local,
             events,
+            feed: None,
+            // The deterministic tests make no arenas: the smallest table.
+            arenas: kvfabric_store::arena::ArenaLimits {
+                arenas_max: 1,
+                bytes_max: kvfabric_store::ByteCount(0),
+            },
         };
         let fabric = Arc::new(Fabric::over(parts, cluster));
         self.members.insert(id, TestMember { fabric, transport });

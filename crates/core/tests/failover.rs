@@ -39,6 +39,7 @@ async fn put(f: &Fabric, seed: u64) -> Result<PutDone, FabricError> {
         model,
         form: PutForm::Canonical,
         chunk_keys: Vec::new(),
+        engine: None,
     };
     let mut body = Whole(Some(Bytes::from(payload(&tiny(), seed))));
     f.put(req, &mut body).await.map_err(|e| match e {

@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 
-use crate::dtype::Dtype;
 use crate::handle::Tier;
 use crate::id::BlockId;
 use crate::units::ByteCount;
@@ -66,11 +65,16 @@ pub enum StoreError {
         /// Largest accepted.
         max: u64,
     },
-    /// A rotation was asked of a region whose dtype cannot rotate.
-    #[error("dtype {dtype} cannot be rotated")]
-    NotRotatable {
-        /// The region's dtype.
-        dtype: Dtype,
+    /// A read or put at a position of a block whose RoPE dims cannot be rotated (the node
+    /// answers 400); the block is still served exactly without a position.
+    #[error("a position shift is not possible for this model: layer {layer}, region `{region}`: {reason}")]
+    PositionShiftUnsupported {
+        /// First layer that cannot be rotated.
+        layer: u32,
+        /// Its region (`indexer`, `rope`, ...).
+        region: &'static str,
+        /// Why.
+        reason: String,
     },
     /// A block header failed to decode.
     #[error("block header: {0}")]

@@ -19,7 +19,7 @@ use blake3::hazmat::{
     left_subtree_len, merge_subtrees_non_root, merge_subtrees_root, ChainingValue, HasherExt, Mode,
 };
 
-use crate::id::{BlockId, NamespaceKey};
+use crate::id::{id_of_digest, BlockId, NamespaceKey};
 use crate::verified::VerifiedBlock;
 
 /// Bytes filled and hashed at a time by each thread.
@@ -130,7 +130,7 @@ pub unsafe fn fill_and_hash_two_threads<E: Send>(
                 }
                 _ => unreachable!("one or two subtrees"),
             };
-            Ok(BlockId(*root.as_bytes()))
+            Ok(id_of_digest(*root.as_bytes()))
         })())
     })
 }

@@ -1,7 +1,8 @@
 //! kvfabric's store: the block model and the tiered local store of sealed KV blocks.
 //!
 //! Owns: model geometry and exact byte accounting ([`geometry`]), the canonical block layout
-//! ([`block`]), content ids keyed per namespace ([`id`]), RoPE canonicalisation ([`rope`]),
+//! ([`block`]), content ids keyed per namespace ([`id`]), RoPE canonicalisation and rotation as
+//! each model defines it ([`rope`]),
 //! sealing with byte-verified dedup, refcounts, pins and copy-on-write ([`store`]), the GPU,
 //! host and disk tiers ([`tier`]) with S3-FIFO eviction ([`eviction`]), and the per-request
 //! arena for V4 sliding-window state ([`arena`]).
@@ -19,6 +20,9 @@ pub mod chunk;
 pub mod dtype;
 pub mod error;
 pub mod eviction;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod geometry;
 pub mod handle;
 pub mod hash_parallel;

@@ -361,17 +361,10 @@ fn deepseek_v4_pro_layer_map_and_block_bytes() {
             count(LayerScheme::Csa),
             count(LayerScheme::Hca)
         ),
-        (2, 30, 29)
+        (0, 30, 31)
     );
-    assert_eq!(
-        &h.schemes[..4],
-        [
-            LayerScheme::Swa,
-            LayerScheme::Swa,
-            LayerScheme::Csa,
-            LayerScheme::Hca
-        ]
-    );
+    // The published compress_ratios: [128, 128, 4, 128, 4, ..., 4] (then the MTP block).
+    assert_eq!(&h.schemes[..2], [LayerScheme::Hca, LayerScheme::Hca]);
     for (i, s) in h.schemes.iter().enumerate().skip(2) {
         let expected = if i % 2 == 0 {
             LayerScheme::Csa
@@ -380,12 +373,12 @@ fn deepseek_v4_pro_layer_map_and_block_bytes() {
         };
         assert_eq!(*s, expected, "layer {i}");
     }
-    // 30 CSA × 20,480 + 29 HCA × 576; SWA layers hold nothing in a block.
-    assert_eq!(block_bytes(&g), ByteCount(631_104));
-    assert_eq!(g.block_layout().payload_len, 631_104);
+    // 30 CSA × 20,480 + 31 HCA × 576.
+    assert_eq!(block_bytes(&g), ByteCount(632_256));
+    assert_eq!(g.block_layout().payload_len, 632_256);
     let per_token = bytes_per_token(&g);
-    // 631,104 / 128 = 9861/2 B per token over the paged layers (window rows not counted).
-    assert_eq!(per_token.to_string(), "9861/2");
+    // 632,256 / 128 = 9879/2 B per token over the paged entries (window rows not counted).
+    assert_eq!(per_token.to_string(), "9879/2");
     assert_eq!(mha_bytes_per_token(&g, Dtype::Bf16), None);
     assert_eq!(layer_cost(&g), None);
 }
@@ -464,6 +457,6 @@ fn contexts_are_counted_in_whole_blocks() {
     let (v4, _) = v4_pro();
     assert_eq!(
         context_bytes(&v4, TokenCount(129)),
-        Some(ByteCount(2 * 631_104))
+        Some(ByteCount(2 * 632_256))
     );
 }

@@ -8,7 +8,7 @@ use kvfabric_store::geometry::preset::{
     builtin_preset, builtin_presets, load_dir, lookup, BUILTIN_PRESET_FILES,
 };
 use kvfabric_store::geometry::{Attention, LayerScheme, MLA_BLOCK_TOKENS};
-use kvfabric_store::rope::{RopeConvention, RopeScaling};
+use kvfabric_store::rope::{RopeConvention, RopeScaling, Yarn};
 use kvfabric_store::{ConfigError, Dtype, ModelGeometry, ModelKind, StoreError};
 
 const V3: &str = include_str!("../../../configs/models/deepseek-v3.toml");
@@ -57,6 +57,7 @@ fn every_embedded_preset_parses() {
             "deepseek-v2",
             "deepseek-v2-lite",
             "deepseek-v3",
+            "deepseek-v4-flash",
             "deepseek-v4-pro",
             "gemma-3-27b",
             "kimi-k2",
@@ -128,7 +129,20 @@ fn rope_of_the_presets() {
         Attention::Mla(m) => m.rope,
         _ => panic!("{name} is not mla"),
     };
-    for name in ["deepseek-v2-lite", "deepseek-v2", "deepseek-v3"] {
+    let yarn = |factor, beta_fast, mscale| Yarn {
+        factor,
+        original_max_position: 4096,
+        beta_fast,
+        beta_slow: 1.0,
+        mscale: Some(mscale),
+        mscale_all_dim: Some(mscale),
+        attention_factor: None,
+    };
+    for (name, mscale) in [
+        ("deepseek-v2-lite", 0.707),
+        ("deepseek-v2", 0.707),
+        ("deepseek-v3", 1.0),
+    ] {
         let r = rope(name);
         assert_eq!(
             (r.convention, r.theta),
@@ -137,59 +151,106 @@ fn rope_of_the_presets() {
         );
         assert_eq!(
             r.scaling,
-            RopeScaling::Yarn {
-                factor: 40.0,
-                original_max_position: 4096,
-                beta_fast: 32.0,
-                beta_slow: 1.0
-            },
+            RopeScaling::Yarn(yarn(40.0, 32.0, mscale)),
             "{name}"
         );
+        assert_eq!(r.attention_factor(), 1.0, "{name}: mscale / mscale_all_dim");
     }
     let k2 = rope("kimi-k2");
     assert_eq!(
-        (k2.convention, k2.theta),
-        (RopeConvention::Interleaved, 50000.0)
+        (k2.convention, k2.theta, k2.scaling),
+        (
+            RopeConvention::Interleaved,
+            50000.0,
+            RopeScaling::Yarn(yarn(32.0, 1.0, 1.0))
+        )
     );
     let mini = rope("minicpm3-4b");
     assert_eq!(
-        (mini.convention, mini.theta, mini.scaling),
-        (RopeConvention::HalfSplit, 10000.0, RopeScaling::None)
+        (mini.convention, mini.theta),
+        (RopeConvention::HalfSplit, 10000.0)
     );
-    let Attention::Hybrid(h) = builtin_preset("deepseek-v4-pro").unwrap().attention else {
-        panic!()
+    let RopeScaling::LongRope(l) = &mini.scaling else {
+        panic!("minicpm3 is LongRoPE")
     };
-    assert_eq!((h.rope.theta, h.compressed_rope.theta), (10000.0, 160000.0));
-    assert_eq!(h.compressed_rope.convention, RopeConvention::Interleaved);
+    assert_eq!((l.original_max_position, l.max_position), (32768, 32768));
     assert_eq!(
-        (h.rope_dtype, h.content_dtype, h.indexer_dtype),
-        (Dtype::Bf16, Dtype::Fp8, Dtype::Fp4)
+        (l.short_factors.len(), l.short_factors[0]),
+        (16, 1.0591234137867171)
     );
-    assert_eq!(
-        (h.head_dim, h.rope_dim, h.content_dim(), h.indexer_dim),
-        (512, 64, 448, 128)
-    );
+    assert_eq!(l.long_factors, l.short_factors, "equal in the checkpoint");
+    assert_eq!(mini.attention_factor(), 1.0);
+    for name in ["deepseek-v4-pro", "deepseek-v4-flash"] {
+        let Attention::Hybrid(h) = builtin_preset(name).unwrap().attention else {
+            panic!()
+        };
+        assert_eq!((h.rope.theta, h.compressed_rope.theta), (10000.0, 160000.0));
+        assert_eq!(h.rope.scaling, RopeScaling::None);
+        assert_eq!(
+            h.compressed_rope.scaling,
+            RopeScaling::Yarn(Yarn {
+                factor: 16.0,
+                original_max_position: 65536,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                mscale: None,
+                mscale_all_dim: None,
+                attention_factor: Some(1.0),
+            })
+        );
+        assert_eq!(h.compressed_rope.attention_factor(), 1.0, "{name}");
+        assert_eq!(h.compressed_rope.convention, RopeConvention::Interleaved);
+        assert_eq!(
+            (h.rope_dtype, h.content_dtype, h.indexer_dtype),
+            (Dtype::Bf16, Dtype::Fp8, Dtype::Fp4)
+        );
+        assert_eq!(
+            (
+                h.head_dim,
+                h.rope_dim,
+                h.content_dim(),
+                h.indexer_dim,
+                h.indexer_rope_dim
+            ),
+            (512, 64, 448, 128, 64)
+        );
+    }
 }
 
 #[test]
-fn minicpm3_longrope_factors_can_be_added() {
-    let factors = (0..16)
-        .map(|i| format!("{}.5", i + 1))
-        .collect::<Vec<_>>()
-        .join(", ");
+fn yarn_attention_factor_follows_the_models_rule() {
+    let parse = |extra: &str| {
+        ModelGeometry::from_toml(
+            "af.toml",
+            &edit(V3, "mscale = 1.0\nmscale_all_dim = 1.0\n", extra),
+        )
+        .unwrap()
+    };
+    let factor = |extra: &str| match parse(extra).attention {
+        Attention::Mla(m) => m.rope.attention_factor(),
+        _ => unreachable!(),
+    };
+    // Neither mscale: transformers' default, 0.1 ln(factor) + 1.
+    assert_eq!(factor(""), 0.1 * 40f64.ln() + 1.0);
+    // Both: their ratio.
+    let ratio = (0.1 * 0.8 * 40f64.ln() + 1.0) / (0.1 * 0.5 * 40f64.ln() + 1.0);
+    assert_eq!(factor("mscale = 0.8\nmscale_all_dim = 0.5\n"), ratio);
+    // An explicit factor wins.
+    assert_eq!(factor("attention_factor = 1.25\n"), 1.25);
+    // A factor that is not 1 is part of the fingerprint; 1 adds nothing.
+    let v3 = builtin_preset("deepseek-v3").unwrap().fingerprint();
+    assert_eq!(parse("attention_factor = 1.0\n").fingerprint(), v3);
+    assert_ne!(parse("attention_factor = 1.25\n").fingerprint(), v3);
+}
+
+#[test]
+fn explicit_factors_are_replaced_by_longrope() {
     let text = edit(
         MINICPM,
-        "\"half_split\"\ntheta = 10000.0\n",
-        &format!("\"half_split\"\ntheta = 10000.0\nfactors = [{factors}]\n"),
+        "theta = 10000.0\n",
+        &format!("theta = 10000.0\nfactors = [{}]\n", ["1.0"; 16].join(", ")),
     );
-    let g = ModelGeometry::from_toml("minicpm3.toml", &text).unwrap();
-    let Attention::Mla(m) = g.attention else {
-        panic!()
-    };
-    let RopeScaling::Factors(f) = m.rope.scaling else {
-        panic!("factors")
-    };
-    assert_eq!((f.len(), f[0], f[15]), (16, 1.5, 16.5));
+    rejects(&text, "rope.factors", "replaced by [rope.longrope]");
 }
 
 #[test]
@@ -334,9 +395,9 @@ fn rejects_unknown_keys_and_sections() {
         "unknown field `cont`",
     );
     rejects(
-        &edit(V3, "beta_slow = 1.0", "beta_slow = 1.0\nmscale = 1.0"),
-        "rope.yarn.mscale",
-        "unknown field `mscale`",
+        &edit(V3, "beta_slow = 1.0", "beta_slow = 1.0\nmscale_all = 1.0"),
+        "rope.yarn.mscale_all",
+        "unknown field `mscale_all`",
     );
 }
 
@@ -380,7 +441,7 @@ fn rejects_missing_keys() {
         "precision.indexer",
         "missing",
     );
-    let no_compressed = &V4[..V4.find("# Compressed (CSA and HCA) entries.").unwrap()];
+    let no_compressed = &V4[..V4.find("# Every row of a CSA or HCA layer.").unwrap()];
     rejects(no_compressed, "compressed_rope", "missing");
 }
 
@@ -477,7 +538,7 @@ fn rejects_odd_rope_dims() {
         "must be even, found 63",
     );
     rejects(
-        &edit(V4, "rope_dim = 64", "rope_dim = 65"),
+        &edit(V4, "\nrope_dim = 64", "\nrope_dim = 65"),
         "hybrid.rope_dim",
         "must be even, found 65",
     );
@@ -486,7 +547,7 @@ fn rejects_odd_rope_dims() {
 #[test]
 fn rejects_rope_dims_that_leave_no_content() {
     rejects(
-        &edit(V4, "rope_dim = 64", "rope_dim = 512"),
+        &edit(V4, "\nrope_dim = 64", "\nrope_dim = 512"),
         "hybrid.rope_dim",
         "must be less than hybrid.head_dim (512)",
     );
@@ -528,7 +589,8 @@ fn rejects_a_scheme_map_not_summing_to_layers() {
         "hybrid.layer_map[1].schemes",
         "needs 1 to",
     );
-    let all_swa = edit(V4, "schemes = [\"csa\", \"hca\"]", "schemes = [\"swa\"]");
+    let all_swa = edit(V4, "schemes = [\"csa\", \"hca\"]", "schemes = [\"swa\"]")
+        .replace("schemes = [\"hca\"]", "schemes = [\"swa\"]");
     rejects(&all_swa, "hybrid.layer_map", "no layer is csa or hca");
 }
 
@@ -657,38 +719,98 @@ fn rejects_bad_theta() {
 }
 
 #[test]
-fn rejects_factors_of_the_wrong_length() {
+fn rejects_longrope_factors_of_the_wrong_length() {
     let ten = ["1.0"; 10].join(", ");
+    let short = |with: &str| {
+        let start = MINICPM.find("short_factors = [").unwrap();
+        let end = start + MINICPM[start..].find("]\n").unwrap() + 2;
+        format!(
+            "{}short_factors = [{with}]\n{}",
+            &MINICPM[..start],
+            &MINICPM[end..]
+        )
+    };
     rejects(
-        &edit(
-            MINICPM,
-            "\"half_split\"\ntheta = 10000.0\n",
-            &format!("\"half_split\"\ntheta = 10000.0\nfactors = [{ten}]\n"),
-        ),
-        "rope.factors",
+        &short(&ten),
+        "rope.longrope.short_factors",
         "expected 16 factors (one per pair: rope_dim 32 / 2), found 10",
     );
     let mut sixteen = vec!["1.0"; 16];
     sixteen[3] = "0.0";
     rejects(
+        &short(&sixteen.join(", ")),
+        "rope.longrope.short_factors[3]",
+        "greater than 0",
+    );
+    rejects(
+        &edit(MINICPM, "\nmax_position = 32768\n", "\n"),
+        "rope.longrope.max_position",
+        "missing",
+    );
+    rejects(
         &edit(
             MINICPM,
-            "\"half_split\"\ntheta = 10000.0\n",
-            &format!(
-                "\"half_split\"\ntheta = 10000.0\nfactors = [{}]\n",
-                sixteen.join(", ")
-            ),
+            "original_max_position = 32768",
+            "original_max_position = 0",
         ),
-        "rope.factors[3]",
-        "greater than 0",
+        "rope.longrope.original_max_position",
+        "found 0",
     );
     // One scaling per RoPE.
     let both = edit(
-        V3,
-        "theta = 10000.0\n",
-        &format!("theta = 10000.0\nfactors = [{}]\n", ["1.0"; 32].join(", ")),
+        MINICPM,
+        "[rope.longrope]\n",
+        "[rope.yarn]\nfactor = 2.0\noriginal_max_position = 4096\nbeta_fast = 32.0\n\
+         beta_slow = 1.0\n\n[rope.longrope]\n",
     );
-    rejects(&both, "rope.factors", "not both");
+    rejects(&both, "rope.longrope", "not both");
+}
+
+#[test]
+fn rejects_half_an_mscale_pair_and_bad_attention_factors() {
+    rejects(
+        &edit(V3, "mscale_all_dim = 1.0\n", ""),
+        "rope.yarn.mscale_all_dim",
+        "give mscale and mscale_all_dim together",
+    );
+    rejects(
+        &edit(V3, "mscale = 1.0\n", ""),
+        "rope.yarn.mscale",
+        "together",
+    );
+    rejects(
+        &edit(V3, "mscale = 1.0\n", "mscale = 0.0\n"),
+        "rope.yarn.mscale",
+        "greater than 0, found 0",
+    );
+    rejects(
+        &edit(
+            V3,
+            "mscale = 1.0\n",
+            "mscale = 1.0\nattention_factor = -1.0\n",
+        ),
+        "rope.yarn.attention_factor",
+        "found -1",
+    );
+}
+
+#[test]
+fn rejects_indexer_rope_dims_that_do_not_fit() {
+    rejects(
+        &edit(V4, "indexer_rope_dim = 64", "indexer_rope_dim = 65"),
+        "hybrid.indexer_rope_dim",
+        "must be even, found 65",
+    );
+    rejects(
+        &edit(V4, "indexer_rope_dim = 64", "indexer_rope_dim = 130"),
+        "hybrid.indexer_rope_dim",
+        "at most hybrid.indexer_dim (128), found 130",
+    );
+    rejects(
+        &edit(V4, "indexer_rope_dim = 64\n", ""),
+        "hybrid.indexer_rope_dim",
+        "missing",
+    );
 }
 
 #[test]
@@ -709,7 +831,7 @@ fn rejects_bad_names() {
 fn layer_map_runs_cycle_their_schemes() {
     let text = edit(
         V4,
-        "count = 2           # layers 0-1\nschemes = [\"swa\"]",
+        "count = 2           # layers 0-1\nschemes = [\"hca\"]",
         "count = 3\nschemes = [\"swa\", \"hca\", \"csa\"]",
     )
     .replace("count = 59", "count = 58");

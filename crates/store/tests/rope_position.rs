@@ -3,8 +3,8 @@
 mod common;
 
 use common::{payload, tiny_mla};
-use kvfabric_store::geometry::RegionKind;
-use kvfabric_store::rope::{rotate_block, Direction, RopeConvention};
+use kvfabric_store::geometry::{Attention, RegionKind};
+use kvfabric_store::rope::{rotate_block, Direction, RopeConvention, RopeScaling, Yarn};
 use kvfabric_store::{ByteCount, Dedup, NamespaceKey, PutForm, Store, StoreConfig};
 use proptest::prelude::*;
 
@@ -27,7 +27,7 @@ fn rotate_by_delta(geometry: &kvfabric_store::ModelGeometry, payload: &mut [u8],
     let layout = geometry.block_layout();
     for (layer, region) in layout.rope_regions() {
         let rope = layer.rope.as_ref().unwrap();
-        let inv = rope.inv_freq(region.dims);
+        let inv = rope.inv_freq(region.dims, 0); // plain RoPE: no dependence on length
         let half = inv.len();
         let bytes = &mut payload[region.offset as usize..(region.offset + region.len) as usize];
         for row in bytes.chunks_exact_mut(region.dims as usize * 2) {
@@ -169,4 +169,47 @@ fn conventions_differ() {
     )
     .unwrap();
     assert_ne!(a, b, "the two conventions pair different dims");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// A model whose cos and sin carry an attention factor: a read scales canonical rows by it,
+    /// a rotated put divides it back out (within a bf16 ulp of the pair's magnitude).
+    #[test]
+    fn the_attention_factor_is_applied_on_read_and_undone_on_put(
+        seed in any::<u64>(),
+        p in 0u64..200_000,
+    ) {
+        let mut g = tiny_mla(RopeConvention::Interleaved);
+        let Attention::Mla(m) = &mut g.attention else { unreachable!() };
+        m.rope.scaling = RopeScaling::Yarn(Yarn {
+            factor: 40.0,
+            original_max_position: 4096,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            mscale: None,
+            mscale_all_dim: None,
+            attention_factor: Some(1.25),
+        });
+        let ns = NamespaceKey::derive("t");
+        let canonical = payload(&g, seed);
+        let mut s = store();
+        let a = s.seal(&ns, &g, 64, &canonical, PutForm::Canonical).unwrap();
+        let (at_p, _) = s.read_payload(&a.id, &ns, &g, Some(p)).unwrap();
+        // Row 0 at position 0 turns by no angle: only the factor applies.
+        if p == 0 {
+            let layout = g.block_layout();
+            let (_, r) = layout.rope_regions().next().unwrap();
+            let row = r.offset as usize..r.offset as usize + 8;
+            for (x, y) in bf16s(&canonical[row.clone()]).iter().zip(bf16s(&at_p[row])) {
+                prop_assert!((y - 1.25 * x).abs() <= ulp_bf16(1.25 * x) / 2.0);
+            }
+        }
+        let back = s.seal(&ns, &g, 64, &at_p, PutForm::Rotated { position: p }).unwrap();
+        let (again, _) = s.read_payload(&back.id, &ns, &g, None).unwrap();
+        for ((w, mag), (v, _)) in rope_values(&g, &again).into_iter().zip(rope_values(&g, &canonical)) {
+            prop_assert!((w - v).abs() <= ulp_bf16(mag), "{w} vs {v} (pair magnitude {mag})");
+        }
+    }
 }

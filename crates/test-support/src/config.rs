@@ -65,6 +65,12 @@ pub struct NodeConfigFile {
     /// `[transport]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transport: Option<TransportSection>,
+    /// `[operator]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<OperatorSection>,
+    /// `[arenas]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arenas: Option<ArenasSection>,
     /// `[cluster]`: a standalone node without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterSection>,
@@ -182,6 +188,20 @@ pub struct EventsSection {
     /// The ZeroMQ topic.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic: Option<String>,
+    /// Any other `[events]` key, as a TOML value (e.g. from `cluster up --events-set`).
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, toml::Value>,
+}
+
+/// `[arenas]` (every key optional).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ArenasSection {
+    /// Arenas live at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arenas_max: Option<u32>,
+    /// Bytes all live arenas hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_max: Option<Bytes>,
 }
 
 /// `[route]` (every key optional).
@@ -193,6 +213,13 @@ pub struct RouteSection {
     /// Gbit/s between nodes until measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_bandwidth_gbps: Option<f64>,
+}
+
+/// `[operator]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OperatorSection {
+    /// The operator's bearer token.
+    pub token: String,
 }
 
 /// `[cluster]`.
@@ -253,6 +280,8 @@ impl NodeConfigFile {
             events: None,
             route: None,
             transport: None,
+            operator: None,
+            arenas: None,
             cluster: None,
         }
     }

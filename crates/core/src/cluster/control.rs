@@ -1,12 +1,17 @@
 //! The node-to-node control protocol: requests one member makes of another that are neither
 //! Raft nor block bytes, one JSON message each way on the control channel
 //! ([`super::net::CONTROL_CHANNEL`], at most 64 KiB), authenticated by the cluster's mutual
-//! TLS like everything on the node's endpoint. One request: [`ControlRequest::Usage`],
-//! "report your tiers (and the bandwidths you measured into yourself)".
+//! TLS like everything on the node's endpoint. Requests: [`ControlRequest::Usage`], "report
+//! your tiers (and the bandwidths you measured into yourself, and your counters)";
+//! [`ControlRequest::Describe`], "say who you are and where you are reached";
+//! [`ControlRequest::Drain`], "you are leaving: copy what only you hold enough of";
+//! [`ControlRequest::Events`], "send your event batches from here" (the cluster feed); and
+//! [`ControlRequest::BlockInfo`], "what do your events say of this block".
 //!
 //! Replication is not a control request: the putting node pushes each copy over the block
-//! transport (`replication`), and so does a repair.
+//! transport (`replication`), and so do a repair and a drain.
 
+use kvfabric_store::{BlockId, NamespaceKey};
 use kvfabric_transport::PeerAddr;
 use serde::{Deserialize, Serialize};
 
@@ -16,6 +21,32 @@ use serde::{Deserialize, Serialize};
 pub enum ControlRequest {
     /// Report this member's tiers.
     Usage,
+    /// Send the batches of this member's event log from `since` of `epoch` (its current
+    /// epoch from the start when `epoch` is another), from event `first` of the first one
+    /// (`events::poll`).
+    Events {
+        /// The epoch the caller has.
+        epoch: u64,
+        /// The first sequence number it lacks.
+        since: u64,
+        /// Events of that batch it already has.
+        first: u32,
+    },
+    /// What this member's events say of `block` (its token count and engine identity), for
+    /// a member that takes a copy of it.
+    BlockInfo {
+        /// The namespace it was sealed in.
+        namespace: NamespaceKey,
+        /// The block.
+        block: BlockId,
+    },
+    /// Say who you are and where you are reached (a member added at run time, whose
+    /// addresses only the Raft membership's entry and the member itself know).
+    Describe,
+    /// You are leaving: give every block you hold that has fewer than `replication` copies on
+    /// other voters the copies it lacks (in the background, started by the first request),
+    /// and say how far that is.
+    Drain,
 }
 
 /// One tier of a member, as `GET /v1/cluster` shows it.
@@ -43,6 +74,41 @@ pub enum ControlResponse {
         /// member that predates them).
         #[serde(default)]
         inbound: Vec<crate::cluster::bandwidth::InboundLink>,
+        /// The member's counters, for the operator's dashboard (absent from a member that
+        /// predates them).
+        #[serde(default)]
+        stats: Option<crate::cluster::stats::MemberStats>,
+    },
+    /// This member's description of itself.
+    Member {
+        /// Its id.
+        id: u64,
+        /// Its HTTP API.
+        api: String,
+        /// Its block transport.
+        transport: std::net::SocketAddr,
+        /// Its Raft endpoint.
+        raft: std::net::SocketAddr,
+        /// Whether it is ready (joined, caught up with its own join, blocks registered).
+        ready: bool,
+    },
+    /// How the drain stands.
+    Drained {
+        /// Blocks this member holds.
+        held: u64,
+        /// Copies made on other voters since the drain started.
+        copied: u64,
+        /// Held blocks that still have fewer than `replication` copies on other voters.
+        remaining: u64,
+        /// No drain runs and none remains: the member may leave.
+        done: bool,
+    },
+    /// The batches asked for.
+    Events(crate::events::poll::PollReply),
+    /// What the events say of the block (none: not held here).
+    BlockInfo {
+        /// Its info.
+        info: Option<crate::events::BlockInfo>,
     },
     /// The request was refused or failed.
     Refused {
@@ -106,6 +172,7 @@ mod tests {
                 blocks: 1,
             }],
             inbound: Vec::new(),
+            stats: None,
         };
         let back: ControlResponse = decode(&encode(&resp), "a response").unwrap();
         assert!(matches!(back, ControlResponse::Usage { tiers, .. } if tiers.len() == 1));

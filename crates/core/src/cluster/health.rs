@@ -106,10 +106,10 @@ impl Cluster {
     /// found healthy; no block moves for it.
     pub(crate) fn check_abandoned(self: &Arc<Self>, members: Vec<NodeId>) {
         for id in members {
-            let Some(m) = self.config.member(id) else {
+            let Some(m) = self.member(id) else {
                 continue;
             };
-            let (cluster, addr) = (self.clone(), super::block_peer(m));
+            let (cluster, addr) = (self.clone(), super::block_peer(&m));
             tokio::spawn(async move {
                 let probe = cluster
                     .transport
@@ -128,7 +128,7 @@ pub(crate) async fn run(cluster: Arc<Cluster>, tick: Duration) {
     loop {
         tokio::time::sleep(tick).await;
         for peer in cluster.health.due() {
-            let Some(m) = cluster.config.member(peer) else {
+            let Some(m) = cluster.member(peer) else {
                 continue;
             };
             cluster
@@ -136,7 +136,7 @@ pub(crate) async fn run(cluster: Arc<Cluster>, tick: Duration) {
                 .counters
                 .probes
                 .fetch_add(1, Ordering::Relaxed);
-            let addr = super::block_peer(m);
+            let addr = super::block_peer(&m);
             let probe = cluster.transport.probe(&addr, probe_ns, probe_id);
             let _ = cluster.attempt(peer, &addr, probe).await;
         }

@@ -73,6 +73,7 @@ impl Incarnation {
 pub(crate) async fn run(cluster: Arc<Cluster>) {
     let me = NodeId(cluster.me.0);
     let retry = Duration::from_millis(RETRY_MS);
+    let mut ended: Option<Epoch> = None;
     loop {
         let epoch = loop {
             match cluster.directory.join(me).await {
@@ -99,6 +100,12 @@ pub(crate) async fn run(cluster: Arc<Cluster>) {
                         .incarnation
                         .registered
                         .store(true, Ordering::Release);
+                    if let Some(old) = ended.take() {
+                        // Event consumers cleared this node when its lease expired.
+                        if let Err(e) = cluster.local.reannounce(cluster.me, old.0) {
+                            tracing::warn!(error = %e, "re-announcing what is held failed");
+                        }
+                    }
                     break;
                 }
                 Err(e) => {
@@ -121,6 +128,7 @@ pub(crate) async fn run(cluster: Arc<Cluster>) {
                 Ok(Ok(_)) => wait = renew,
                 Ok(Err(DirectoryError::Rejected(r))) => {
                     tracing::warn!(reason = ?r, "lease renewal rejected; joining again");
+                    ended = Some(epoch);
                     break;
                 }
                 Ok(Err(e)) => tracing::info!(error = %e, "renewing the lease; will retry"),

@@ -3,6 +3,10 @@
 //! transport serving its store and taking pushed copies ([`source`]), and the views
 //! `/v1/cluster`, `/readyz` and `/metrics` read ([`view`]).
 //!
+//! Who the members are is the Raft membership's business ([`members`]); it changes at run
+//! time one step at a time ([`reconfig`]: a new member joins as a learner, catches up and is
+//! promoted; a leaving one is demoted, drains ([`drain`]) and leaves).
+//!
 //! Start order ([`Cluster::start`]): load the TLS identity; bind the node's one QUIC endpoint
 //! (blocks, Raft and control, told apart by ALPN; with `[transport] kind = "ucx"` blocks go
 //! over UCX and the QUIC endpoint, at the member's `raft` address, carries Raft and control);
@@ -24,14 +28,18 @@ pub mod bandwidth;
 pub mod control;
 mod control_server;
 mod dev_certs;
+pub(crate) mod drain;
 pub(crate) mod health;
 mod links;
+pub mod members;
 pub(crate) mod membership;
 pub mod net;
+pub mod reconfig;
 pub(crate) mod remote_get;
 pub(crate) mod repair;
 pub(crate) mod replication;
 pub(crate) mod source;
+pub mod stats;
 pub(crate) mod tier_sync;
 pub mod view;
 
@@ -132,9 +140,6 @@ pub(crate) struct Cluster {
     pub(crate) transport: Arc<dyn Transport>,
     /// Raft and control messages.
     pub(crate) messenger: Arc<dyn Messenger>,
-    /// Where members' message channels are reached (their block transport's address with
-    /// QUIC blocks, their `raft` address with UCX blocks).
-    message_peers: BTreeMap<NodeId, PeerAddr>,
     /// The Raft network's counters.
     pub(crate) raft_counters: Arc<RaftNetCounters>,
     /// Closes the networks at shutdown.
@@ -150,6 +155,12 @@ pub(crate) struct Cluster {
     pub(crate) health: health::PeerHealth,
     /// Measured node-to-node bandwidths (this node's and its peers' reports).
     pub(crate) bandwidth: crate::cluster::bandwidth::BandwidthTable,
+    /// Addresses of members not in the config, as they described themselves.
+    pub(crate) learned: members::Learned,
+    /// This member's drain, when it is leaving.
+    pub(crate) drainer: drain::Drainer,
+    /// One membership change at a time through this member.
+    pub(crate) reconfig: tokio::sync::Mutex<()>,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -321,12 +332,6 @@ impl Cluster {
             // Planted bug (chaos harness): a deposed leader answers linearizable reads.
             p.directory.plant_stale_read_bug();
         }
-        let message_peers = p
-            .config
-            .members
-            .iter()
-            .map(|m| (m.id, message_peer(&p.config, m)))
-            .collect();
         let f = p.config.failover;
         let cluster = Arc::new(Cluster {
             me: p.me,
@@ -338,12 +343,14 @@ impl Cluster {
             directory: p.directory,
             transport: p.transport,
             messenger: p.messenger.clone(),
-            message_peers,
             raft_counters: p.raft_counters,
             closers: p.closers,
             incarnation: Arc::new(Incarnation::default()),
             repair: repair::RepairCounters::default(),
             tier_sync: tier_sync::TierSyncCounters::default(),
+            learned: members::Learned::default(),
+            drainer: drain::Drainer::default(),
+            reconfig: tokio::sync::Mutex::new(()),
             tasks: std::sync::Mutex::new(Vec::new()),
         });
         p.source.attach(Arc::downgrade(&cluster));
@@ -388,15 +395,19 @@ impl Cluster {
         r
     }
 
-    /// Where member `id`'s message channels are reached.
-    pub(crate) fn message_peer(&self, id: NodeId) -> Option<&PeerAddr> {
-        self.message_peers.get(&id)
+    /// Where member `id` (configured, or as it described itself) has its message channels.
+    pub(crate) fn message_peer(&self, id: NodeId) -> Option<PeerAddr> {
+        self.member(id).map(|m| message_peer(&self.config, &m))
     }
 
-    /// Starts, in the background: joining, re-registering and renewing; re-replication; and
-    /// recording the store's tier moves in the directory.
+    /// Starts, in the background: joining, re-registering and renewing; learning the
+    /// addresses of members added at run time; re-replication; and recording the store's tier
+    /// moves in the directory.
     pub(crate) fn run_membership(self: &Arc<Self>) {
-        let mut tasks = vec![tokio::spawn(membership::run(self.clone()))];
+        let mut tasks = vec![
+            tokio::spawn(membership::run(self.clone())),
+            tokio::spawn(members::run(self.clone())),
+        ];
         match self.local.watch_moves() {
             Ok(rx) => tasks.push(tokio::spawn(tier_sync::run(self.clone(), rx))),
             Err(e) => tracing::error!(error = %e, "tier moves will not reach the directory"),
@@ -417,6 +428,7 @@ impl Cluster {
         for t in tasks {
             t.abort();
         }
+        self.drainer.stop();
         if let Some(b) = self.incarnation.take_batcher() {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(2), b.close()).await;
         }

@@ -121,6 +121,7 @@ impl MessageHandler for Usage {
                 &super::super::control::ControlResponse::Usage {
                     tiers: Vec::new(),
                     inbound: Vec::new(),
+                    stats: None,
                 },
             ))
         })

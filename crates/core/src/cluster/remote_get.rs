@@ -97,11 +97,8 @@ impl Cluster {
             let attempt_one = |(n, tier): (NodeId, Tier)| {
                 let cluster = self.clone();
                 async move {
-                    let m = cluster
-                        .config
-                        .member(n)
-                        .ok_or(TransportError::NoOwners { id })?;
-                    let peer = super::block_peer(m);
+                    let m = cluster.member(n).ok_or(TransportError::NoOwners { id })?;
+                    let peer = super::block_peer(&m);
                     let work = exchange(cluster.clone(), peer.clone(), ns);
                     let r = cluster.attempt(n, &peer, work).await;
                     r.map(|t| (tier, t))
@@ -148,7 +145,8 @@ impl Cluster {
         let (source, owner_tier, (block, elapsed)) = self.from_owners(read, id, fetch).await?;
         self.bandwidth
             .record(source, block.bytes().len() as u64, elapsed);
-        let tier = match self.local.install(&block) {
+        let engine = crate::events::poll::peer_engine(self, source, block.namespace(), id).await;
+        let tier = match self.local.install_with(&block, engine) {
             Ok(t) => t,
             Err(e) => {
                 // Verified bytes are served whether or not this node keeps a copy.

@@ -1,16 +1,18 @@
 //! Replication of a put: the node that sealed a block pushes it to `replication − 1` other
 //! members, and the put is acknowledged with the number of copies that exist.
 //!
-//! Peers are chosen deterministically among the members whose lease is current, in the
-//! rendezvous order of [`crate::decide::placement`], members this node suspects dead last.
-//! A peer that fails is replaced by the next in that order at once, one that is silent until
-//! it is suspected (`failover.suspect_ms`, never sooner than `failover.hedge_ms`) gets the next
-//! beside it, and each push is bounded by `failover.attempt_ms`. Pushes are hedged later than
-//! reads: a push answers only once the copy is installed and registered (a directory commit),
-//! which under load often takes longer than `hedge_ms`, and a spare push that lands is an extra
-//! copy, where a spare read costs only the bytes. Each push is one round trip on the block transport: the peer receives
-//! the bytes through the same streaming receiver as a fetch (hashed as they land, refused if
-//! they do not match the id), installs the copy, registers itself as an owner under its epoch
+//! Peers are chosen deterministically among the voters whose lease is current, in the
+//! rendezvous order of [`crate::decide::placement`], members this node suspects dead last
+//! (learners, joining or leaving, take no new copies; a put a learner takes itself waits for
+//! `replication` copies on voters). A peer that fails is replaced by the next in that order
+//! at once, one that is silent until it is suspected (`failover.suspect_ms`, never sooner
+//! than `failover.hedge_ms`) gets the next beside it, and each push is bounded by
+//! `failover.attempt_ms`. Pushes are hedged later than reads: a push answers only once the
+//! copy is installed and registered (a directory commit), which under load often takes longer
+//! than `hedge_ms`, and a spare push that lands is an extra copy, where a spare read costs
+//! only the bytes. Each push is one round trip on the block transport: the peer receives the
+//! bytes through the same streaming receiver as a fetch (hashed as they land, refused if they
+//! do not match the id), installs the copy, registers itself as an owner under its epoch
 //! (`source`), and only then answers. The whole wait is bounded by [`REPLICATE_TIMEOUT_MS`];
 //! copies that did not answer by then are not counted.
 
@@ -38,11 +40,12 @@ pub(crate) struct Replicas {
 }
 
 impl Cluster {
-    /// The members other than this one whose lease is current, best target for `id` first:
-    /// those this node does not suspect, then the suspects (a last resort).
+    /// The voters other than this one whose lease is current, best target for `id` first:
+    /// those this node does not suspect, then the suspects (a last resort). Learners take no
+    /// new copies: they are joining, or leaving.
     fn replica_order(&self, id: &BlockId) -> Vec<Member> {
         let now_ms = self.clock.now_ms();
-        let ids: Vec<_> = self.config.members.iter().map(|m| m.id).collect();
+        let ids = self.voters();
         let live = |m| self.is_live(m, now_ms);
         let suspect = |m| self.health.is_suspect(m);
         let trusted = replica_order(id, self.me, &ids, |m| live(m) && !suspect(m));
@@ -50,7 +53,7 @@ impl Cluster {
         trusted
             .into_iter()
             .chain(suspects)
-            .filter_map(|m| self.config.member(m).cloned())
+            .filter_map(|m| self.member(m))
             .collect()
     }
 
@@ -70,10 +73,13 @@ impl Cluster {
                 holders: holders.collect(),
             };
         }
-        let need = want.saturating_sub(1) as usize;
+        // A learner's own copy does not count: it is joining or leaving, and a leaving
+        // member's copy goes with it.
+        let mine = u32::from(self.voters().contains(&self.me));
+        let need = want.saturating_sub(mine) as usize;
         let holders = self.copy_to_peers(ns, id, need, &[]).await;
         Replicas {
-            have: 1 + holders.len() as u32,
+            have: mine + holders.len() as u32,
             want,
             holders,
         }

@@ -10,8 +10,10 @@
 //! - [`owners`]: the order in which a block's owners are tried for a read (suspects last), and
 //!   what a read that found none tells its caller.
 //! - [`repair`]: what one re-replication pass copies.
+//! - [`drain`]: what a leaving member copies before it goes.
 //! - [`score`]: the cost of serving a request on each candidate node (routes).
 
+pub mod drain;
 pub mod health;
 pub mod liveness;
 pub mod owners;

@@ -1,5 +1,7 @@
 //! [`Fabric`]: the node's use-cases as methods of one type — [`Fabric::put`], [`Fabric::get`],
-//! [`Fabric::head`], [`Fabric::delete`], [`Fabric::lookup`], [`Fabric::route`] — and the
+//! [`Fabric::head`], [`Fabric::delete`], [`Fabric::lookup`], [`Fabric::route`], the
+//! per-request arenas of hybrid models ([`Fabric::arena_create`] and the rest of [`arena`]),
+//! the live membership changes ([`Fabric::add_member`], [`Fabric::remove_member`]) — and the
 //! views the API shows (the cluster, readiness, counters).
 //!
 //! A fabric is built from this node's open store ([`LocalNode`]), its model catalog, an
@@ -7,17 +9,22 @@
 //! member, the block transport and the control channel). It never knows about HTTP: callers
 //! hand it typed requests and map its [`FabricError`]s onto their own answers.
 
+pub mod arena;
 mod lookup;
+mod members;
 mod put;
 mod read;
 mod route;
+mod variant;
 mod view;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use kvfabric_directory::Clock;
+use kvfabric_store::arena::ArenaLimits;
 
+pub use arena::{ArenaHandle, ArenaLayer, ArenaRows, ArenaStatus, TokenAppended};
 pub use lookup::Resolved;
 pub use put::{PutBody, PutDone, PutFailure, PutRequest};
 pub use read::{Head, Served};
@@ -26,10 +33,12 @@ pub use view::{opening, tier_infos, ClusterInfo, MemberInfo, TierInfo};
 
 use crate::cluster::{Cluster, ClusterError};
 use crate::config::{ClusterConfig, RouteConfig};
+use crate::events::cluster::ClusterFeed;
 use crate::events::EventLog;
 use crate::ids::NodeId;
 use crate::local::LocalNode;
 use crate::presets::Catalog;
+use arena::ArenaTable;
 
 /// What a fabric is built from.
 pub struct FabricParts {
@@ -47,6 +56,11 @@ pub struct FabricParts {
     pub local: Arc<LocalNode>,
     /// The node's event log (a cluster member adds `node_down` events to it).
     pub events: Arc<EventLog>,
+    /// The cluster feed, when this node runs one (`events.cluster_feed`): a cluster member
+    /// polls every other member's log into it.
+    pub feed: Option<Arc<ClusterFeed>>,
+    /// Bounds of the per-request arenas.
+    pub arenas: ArenaLimits,
 }
 
 /// The fabric core of one node.
@@ -57,6 +71,7 @@ pub struct Fabric {
     route: RouteConfig,
     local: Arc<LocalNode>,
     cluster: Option<Arc<Cluster>>,
+    arenas: Mutex<ArenaTable>,
 }
 
 impl Fabric {
@@ -69,6 +84,7 @@ impl Fabric {
             route: parts.route,
             local: parts.local,
             cluster: None,
+            arenas: Mutex::new(ArenaTable::new(parts.arenas)),
         }
     }
 
@@ -90,6 +106,9 @@ impl Fabric {
         .await?;
         cluster.run_membership();
         crate::events::node_down::spawn(cluster.clone(), parts.events.clone());
+        if let Some(feed) = &parts.feed {
+            crate::events::poll::spawn(cluster.clone(), feed.clone(), parts.events.closed());
+        }
         Ok(Fabric {
             me: parts.me,
             api: parts.api,
@@ -97,6 +116,7 @@ impl Fabric {
             route: parts.route,
             local: parts.local,
             cluster: Some(cluster),
+            arenas: Mutex::new(ArenaTable::new(parts.arenas)),
         })
     }
 
@@ -104,6 +124,9 @@ impl Fabric {
     pub(crate) fn over(parts: FabricParts, cluster: Arc<Cluster>) -> Fabric {
         cluster.run_membership();
         crate::events::node_down::spawn(cluster.clone(), parts.events.clone());
+        if let Some(feed) = &parts.feed {
+            crate::events::poll::spawn(cluster.clone(), feed.clone(), parts.events.closed());
+        }
         Fabric {
             me: parts.me,
             api: parts.api,
@@ -111,6 +134,7 @@ impl Fabric {
             route: parts.route,
             local: parts.local,
             cluster: Some(cluster),
+            arenas: Mutex::new(ArenaTable::new(parts.arenas)),
         }
     }
 

@@ -2,17 +2,24 @@
 //! ownership (and chunk keys) recorded in the directory, and its copies made on other
 //! members before it is acknowledged.
 //!
+//! A put whose bytes collide with another block's id (a dedup collision, a security signal)
+//! is sealed as a block of its own, a later *variant* of that id on this node: its answer
+//! names the variant, it is held here only (not replicated, not registered, its chunk keys not
+//! recorded: all of them name a block by id, which reads as variant 0).
+//!
 //! The body arrives piece by piece through [`PutBody`] (the store lock is taken per piece,
 //! never across a read); any refusal after the first byte cancels the reservation, so arena
 //! room is never leaked.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use kvfabric_store::{BlockId, ByteCount, Dedup, NamespaceKey, PutForm, Tier};
 
 use super::Fabric;
 use crate::error::FabricError;
+use crate::events::{BlockInfo, EngineBlock};
 use crate::ids::{ChunkKey, NodeId};
 use crate::local::{PutError, PutSession};
 use crate::presets::Model;
@@ -39,6 +46,9 @@ pub struct PutRequest<'a> {
     pub form: PutForm,
     /// The chunk keys naming the block (a prefix key, a position-independent key).
     pub chunk_keys: Vec<ChunkKey>,
+    /// The engine's identity of the block (checked against the model's block tokens), for
+    /// the events routers index it by.
+    pub engine: Option<Arc<EngineBlock>>,
 }
 
 /// An acknowledged put.
@@ -56,6 +66,9 @@ pub struct PutDone {
     pub replicas: u32,
     /// The nodes that acknowledged holding a verified copy, this one first.
     pub holders: Vec<NodeId>,
+    /// Which of this node's blocks under `id` it is (0 unless a dedup collision made it
+    /// another block: read it with this variant; see [`Fabric::get_variant`]).
+    pub variant: u32,
 }
 
 /// Why a put failed: its body, or the fabric.
@@ -87,6 +100,11 @@ impl Fabric {
     ) -> Result<PutDone, PutFailure<B::Error>> {
         let g = &req.model.geometry;
         let expected = req.model.layout.payload_len;
+        let info = BlockInfo {
+            block_tokens: req.model.layout.block_tokens,
+            engine: req.engine.clone(),
+        };
+        info.check().map_err(FabricError::EngineBlock)?;
         let mut session = PutSession::begin(&self.local, g, expected).map_err(FabricError::from)?;
         while let Some(piece) = body.next_piece().await.map_err(PutFailure::Body)? {
             match session.write(&piece) {
@@ -98,7 +116,7 @@ impl Fabric {
                 Err(PutError::Local(e)) => return Err(FabricError::from(e).into()),
             }
         }
-        let sealed = match session.seal(req.ns, g, req.form, &req.chunk_keys) {
+        let sealed = match session.seal(req.ns, g, req.form, &req.chunk_keys, info) {
             Ok(s) => s,
             Err(PutError::Length { expected, found }) => {
                 return Err(FabricError::PayloadLength { expected, found }.into())
@@ -107,7 +125,10 @@ impl Fabric {
         };
         tracing::debug!(block = %sealed.id, model = %g.name, dedup = sealed.dedup.name(), "sealed");
         let (replicas, holders) = match &self.cluster {
+            // A later variant is this node's alone: the directory and a peer's copy name a
+            // block by id, which reads as variant 0 (other bytes).
             None => (REPLICAS_LOCAL, vec![self.me]),
+            Some(_) if sealed.variant > 0 => (REPLICAS_LOCAL, vec![self.me]),
             Some(cluster) => {
                 // The claim and the copies in flight together: after a leader's loss both
                 // wait for the next election, once, not one after the other.
@@ -135,6 +156,7 @@ impl Fabric {
             tier: sealed.tier,
             replicas,
             holders,
+            variant: sealed.variant,
         })
     }
 }

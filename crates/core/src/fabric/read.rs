@@ -15,7 +15,7 @@
 use bytes::Bytes;
 use kvfabric_store::block::BlockHeader;
 use kvfabric_store::rope::{rotate_block, Direction};
-use kvfabric_store::{BlockId, NamespaceKey, Tier, HEADER_LEN};
+use kvfabric_store::{BlockId, NamespaceKey, Tier, VerifiedBlock, HEADER_LEN};
 
 use super::Fabric;
 use crate::cluster::remote_get::Miss;
@@ -68,12 +68,29 @@ impl Fabric {
             Some((block, tier)) => (block, tier, None),
             None => {
                 let Some(c) = &self.cluster else {
+                    self.local.count_not_found();
                     return Err(FabricError::NotFound);
                 };
-                let hit = c.fetch_remote(read, id).await.map_err(|m| missed(id, m))?;
+                let hit = c.fetch_remote(read, id).await.map_err(|m| {
+                    if matches!(m, Miss::NotFound) {
+                        self.local.count_not_found();
+                    }
+                    missed(id, m)
+                })?;
                 (hit.block, hit.tier, Some(hit.source))
             }
         };
+        self.served(block, tier, source, position)
+    }
+
+    /// A verified block as served: its model named, `k_rope` rotated to `position` if asked.
+    pub(super) fn served(
+        &self,
+        block: VerifiedBlock,
+        tier: Tier,
+        source: Option<NodeId>,
+        position: Option<u64>,
+    ) -> Result<Served, FabricError> {
         let header = BlockHeader::decode(block.bytes())?;
         let model = self.catalog.by_fingerprint(&header.fingerprint);
         let mut bytes = block.into_bytes();
@@ -119,7 +136,8 @@ impl Fabric {
         })
     }
 
-    /// Drops this node's reference on `id` in `write` (and its ownership record). `read`
+    /// Drops this node's reference on `id` in `write` (and its ownership record): every
+    /// variant of it this node holds. `read`
     /// decides whether a block the caller may not delete is [`FabricError::DeleteForbidden`]
     /// (visible to them) or [`FabricError::NotFound`].
     pub async fn delete(

@@ -10,7 +10,7 @@ use kvfabric_store::{
 };
 
 use super::{LocalError, LocalNode};
-use crate::events::EventKind;
+use crate::events::{BlockInfo, EventKind};
 use crate::ids::ChunkKey;
 
 /// Why a put's body was refused.
@@ -40,6 +40,9 @@ pub(crate) struct Sealed {
     pub(crate) bytes: ByteCount,
     /// The tier it landed in.
     pub(crate) tier: Tier,
+    /// Which of the blocks held under its id it is, in the order they were sealed: 0, unless
+    /// a dedup collision (same id, other bytes) made this one another block.
+    pub(crate) variant: u32,
 }
 
 /// One put in progress.
@@ -96,13 +99,15 @@ impl<'a> PutSession<'a> {
 
     /// Seals the filled reservation under `ns`, holds the block (one reference per slot, the
     /// spare one of a dedup onto a held slot given back) and records each of `chunk_keys`
-    /// (a prefix key, a position-independent key) for it.
+    /// (a prefix key, a position-independent key) for it, and `info` for its events (when it
+    /// was not held already).
     pub(crate) fn seal(
         mut self,
         ns: NamespaceKey,
         geometry: &ModelGeometry,
         form: PutForm,
         chunk_keys: &[ChunkKey],
+        info: BlockInfo,
     ) -> Result<Sealed, PutError> {
         if self.written != self.expected {
             return Err(PutError::Length {
@@ -121,16 +126,26 @@ impl<'a> PutSession<'a> {
             if !l.held.insert(ns, s.id, s.slot) {
                 l.store.release(s.slot)?;
             }
-            for k in chunk_keys {
-                l.chunks.record(&mut l.held, ns, *k, s.id);
+            let variant = l
+                .held
+                .slots(&ns, &s.id)
+                .and_then(|slots| slots.iter().position(|x| *x == s.slot))
+                .unwrap_or(0) as u32;
+            // A key names a block by id, which reads as variant 0: a later variant's keys
+            // would hand out other bytes, so they are not recorded.
+            if variant == 0 {
+                for k in chunk_keys {
+                    l.chunks.record(&mut l.held, ns, *k, s.id);
+                }
             }
             if newly {
+                l.set_info(ns, s.id, info);
                 l.emit(EventKind::Stored {
                     namespace: ns,
                     tier,
                     ids: vec![s.id],
                     chunk_key: chunk_keys.first().copied(),
-                    block_tokens: geometry.block_tokens(),
+                    info: l.info_of(&ns, &s.id),
                 });
             }
             Ok(Sealed {
@@ -138,6 +153,7 @@ impl<'a> PutSession<'a> {
                 dedup: s.dedup,
                 bytes: s.bytes,
                 tier,
+                variant,
             })
         })?;
         Ok(sealed)

@@ -49,6 +49,12 @@
 //! host_read_gbps = 80
 //! disk_read_gbps = 16
 //!
+//! [operator]                        # optional: who sees the dashboard, changes membership
+//! token = "…"                       # (operator.rs)
+//! [arenas]                          # optional: per-request arenas of hybrid models (arenas.rs)
+//! arenas_max = 64                   # live at once
+//! bytes_max = "1 GiB"               # held by all of them together
+//!
 //! [cluster]                         # optional: standalone without it; every key in cluster.rs
 //! certs_dir = "/tmp/kvfabric/certs" # from `kvfabric certs --out DIR --nodes N`
 //! replication = 2                   # optional: copies a put waits for
@@ -59,9 +65,11 @@
 //! raft = "127.0.0.1:7301"
 //! ```
 
+mod arenas;
 mod bytes;
 mod cluster;
-mod events;
+pub(crate) mod events;
+mod operator;
 mod raw;
 mod route;
 mod transport;
@@ -71,6 +79,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use kvfabric_store::arena::ArenaLimits;
 use kvfabric_store::{ConfigError, StoreConfig};
 
 use kvfabric_core::presets::Catalog;
@@ -78,6 +87,7 @@ use kvfabric_core::NodeId;
 
 pub(crate) use events::EventsConfig;
 pub(crate) use kvfabric_core::config::{ClusterConfig, RouteConfig};
+pub(crate) use operator::OperatorToken;
 
 /// Largest config file read, in bytes.
 pub(crate) const CONFIG_FILE_BYTES_MAX: u64 = 1 << 20;
@@ -109,6 +119,10 @@ pub(crate) struct NodeConfig {
     pub(crate) events: EventsConfig,
     /// The cost model of `POST /v1/route`.
     pub(crate) route: RouteConfig,
+    /// The operator's token (`[operator]`), if any.
+    pub(crate) operator: Option<OperatorToken>,
+    /// Bounds of the per-request arenas (`[arenas]`).
+    pub(crate) arenas: ArenaLimits,
 }
 
 /// Bounds on what the HTTP API accepts.

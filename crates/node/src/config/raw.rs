@@ -30,6 +30,10 @@ pub(crate) struct RawConfig {
     pub(crate) route: RawRoute,
     #[serde(default)]
     pub(crate) transport: RawTransport,
+    #[serde(default)]
+    pub(crate) operator: Option<RawOperator>,
+    #[serde(default)]
+    pub(crate) arenas: RawArenas,
 }
 
 /// `[node]`.
@@ -177,6 +181,9 @@ pub(crate) struct RawEvents {
     pub(crate) ring_batches: Option<u64>,
     pub(crate) max_sse_subscribers: Option<u32>,
     pub(crate) topic: Option<String>,
+    pub(crate) cluster_feed: Option<bool>,
+    pub(crate) cluster_zmq_pub: Option<String>,
+    pub(crate) cluster_zmq_replay: Option<String>,
 }
 
 /// `[route]`: the cost model of `POST /v1/route`; every key optional.
@@ -232,4 +239,19 @@ pub(crate) struct RawUcx {
     pub(crate) recv_chunks_posted: Option<usize>,
     pub(crate) leases_per_connection_max: Option<usize>,
     pub(crate) stage_leases: Option<bool>,
+}
+
+/// `[operator]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawOperator {
+    pub(crate) token: String,
+}
+
+/// `[arenas]`: bounds of the per-request arenas; every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawArenas {
+    pub(crate) arenas_max: Option<u32>,
+    pub(crate) bytes_max: Option<ByteSize>,
 }

@@ -121,11 +121,13 @@ impl Check<'_> {
         let (namespaces, tenants) = self.tenancy(raw.namespaces, raw.tenants)?;
         let route = super::route::check(self, &raw.route)?;
         let transport = super::transport::check(self, &raw.transport)?;
+        let arenas = super::arenas::check(self, &raw.arenas, &catalog)?;
         let cluster = match raw.cluster {
             None => None,
             Some(c) => Some(self.cluster(node_id, c, transport)?),
         };
         let events = self.events(node_id, raw.events)?;
+        let operator = super::operator::check(self, raw.operator, &tenants)?;
         let config = NodeConfig {
             file: self.file.to_owned(),
             node_id,
@@ -144,6 +146,8 @@ impl Check<'_> {
             cluster,
             events,
             route,
+            operator,
+            arenas,
         };
         Ok(Loaded { config, catalog })
     }

@@ -7,6 +7,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use kvfabric_store::arena::ArenaError;
 use kvfabric_store::StoreError;
 use serde::Serialize;
 
@@ -61,6 +62,19 @@ pub(crate) enum ApiError {
         /// Largest accepted.
         max: u64,
     },
+    /// A position asked of a model whose blocks hold RoPE dims that cannot be re-rotated
+    /// (the message names the layer, the region and why).
+    #[error("{0}")]
+    PositionShiftUnsupported(String),
+    /// An arena id that is not 32 hex digits.
+    #[error("arena id: {0}")]
+    InvalidArenaId(String),
+    /// A layer in a path that is not a non-negative integer.
+    #[error("layer: {0}")]
+    InvalidLayer(String),
+    /// A per-request arena refused (its status and code per [`ArenaError`] variant).
+    #[error(transparent)]
+    Arena(ArenaError),
     /// A block id that is not 64 hex digits.
     #[error("block id: {0}")]
     InvalidBlockId(String),
@@ -102,6 +116,12 @@ pub(crate) enum ApiError {
     /// The token may not use the namespace it asked for.
     #[error("this token may not {0} that namespace")]
     NamespaceForbidden(&'static str),
+    /// An operator route asked with a tenant's token.
+    #[error("operator routes need the operator's token ([operator] token), not a tenant's")]
+    OperatorOnly,
+    /// An operator route on a node with tenants and no operator token.
+    #[error("this node has tenants and no [operator] token: its operator routes are off")]
+    OperatorDisabled,
     /// No such block visible to the caller (the same answer whether it is absent or another
     /// tenant's).
     #[error("block not found")]
@@ -161,6 +181,15 @@ pub(crate) enum ApiError {
     /// `GET /v1/events` beyond `events.max_sse_subscribers` open streams.
     #[error("the node is at its limit of {0} event streams; retry later")]
     TooManySubscribers(u32),
+    /// `GET /v1/events?scope=cluster` on a node that runs no cluster feed.
+    #[error("scope=cluster: expected a node with events.cluster_feed on, found it off here")]
+    ClusterFeedOff,
+    /// A membership change that is not allowed as asked.
+    #[error("{0}")]
+    MembershipRefused(String),
+    /// A membership change that did not complete within its bound (what was done stays).
+    #[error("{0}")]
+    MembershipIncomplete(String),
 }
 
 impl ApiError {
@@ -181,9 +210,14 @@ impl ApiError {
             | InvalidJson(_)
             | TooManyKeys { .. }
             | ModelRequired(_)
+            | PositionShiftUnsupported(_)
+            | InvalidArenaId(_)
+            | InvalidLayer(_)
+            | ClusterFeedOff
             | BodyRead(_) => StatusCode::BAD_REQUEST,
+            Arena(e) => arena_status(e),
             MissingToken | InvalidToken => StatusCode::UNAUTHORIZED,
-            NamespaceForbidden(_) => StatusCode::FORBIDDEN,
+            NamespaceForbidden(_) | OperatorOnly | OperatorDisabled => StatusCode::FORBIDDEN,
             NotFound | RouteNotFound => StatusCode::NOT_FOUND,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
@@ -194,7 +228,9 @@ impl ApiError {
             | ReplicationIncomplete { .. }
             | OwnersUnreachable(_)
             | DirectoryUnavailable(_)
-            | TooManySubscribers(_) => StatusCode::SERVICE_UNAVAILABLE,
+            | TooManySubscribers(_)
+            | MembershipIncomplete(_) => StatusCode::SERVICE_UNAVAILABLE,
+            MembershipRefused(_) => StatusCode::CONFLICT,
             ReplayGap { .. } => StatusCode::GONE,
             StoreFull(_) => StatusCode::INSUFFICIENT_STORAGE,
             UnknownGeometry | Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -212,6 +248,10 @@ impl ApiError {
             TokenCount { .. } => "token_count",
             PayloadLength { .. } => "payload_length",
             PositionOutOfRange { .. } => "position_out_of_range",
+            PositionShiftUnsupported(_) => "position_shift_unsupported",
+            InvalidArenaId(_) => "invalid_arena_id",
+            InvalidLayer(_) => "invalid_layer",
+            Arena(e) => arena_code(e),
             InvalidBlockId(_) => "invalid_block_id",
             InvalidChunkKey(_) => "invalid_chunk_key",
             InvalidQuery(_) => "invalid_query",
@@ -224,6 +264,8 @@ impl ApiError {
             MissingToken => "missing_token",
             InvalidToken => "invalid_token",
             NamespaceForbidden(_) => "namespace_forbidden",
+            OperatorOnly => "operator_only",
+            OperatorDisabled => "operator_disabled",
             NotFound => "not_found",
             RouteNotFound => "route_not_found",
             MethodNotAllowed => "method_not_allowed",
@@ -237,6 +279,9 @@ impl ApiError {
             Internal => "internal",
             ReplayGap { .. } => "replay_gap",
             TooManySubscribers(_) => "too_many_subscribers",
+            ClusterFeedOff => "cluster_feed_off",
+            MembershipRefused(_) => "membership_refused",
+            MembershipIncomplete(_) => "membership_incomplete",
         }
     }
 
@@ -253,6 +298,9 @@ impl ApiError {
             StoreError::PositionOutOfRange { position, max } => {
                 ApiError::PositionOutOfRange { position, max }
             }
+            StoreError::PositionShiftUnsupported { .. } => {
+                ApiError::PositionShiftUnsupported(e.to_string())
+            }
             StoreError::Full { .. } | StoreError::TooLarge { .. } => {
                 ApiError::StoreFull(e.to_string())
             }
@@ -267,7 +315,10 @@ impl ApiError {
     pub(crate) fn from_fabric(e: FabricError) -> ApiError {
         match e {
             FabricError::Store(s) => ApiError::from_store(s),
-            FabricError::Poisoned | FabricError::EpochFile { .. } => {
+            FabricError::Poisoned
+            | FabricError::EpochFile { .. }
+            | FabricError::InfoLog { .. }
+            | FabricError::Random(_) => {
                 tracing::error!(error = %e, "node failure");
                 ApiError::Internal
             }
@@ -287,7 +338,47 @@ impl ApiError {
             e @ FabricError::OwnersUnreachable { .. } => ApiError::OwnersUnreachable(e.to_string()),
             FabricError::UnknownGeometry => ApiError::UnknownGeometry,
             FabricError::ModelRequired(m) => ApiError::ModelRequired(m),
+            FabricError::EngineBlock(e) => ApiError::InvalidHeader {
+                name: "kvfabric-engine-*",
+                reason: e.to_string(),
+            },
+            FabricError::MembershipRefused(m) => ApiError::MembershipRefused(m),
+            FabricError::MembershipIncomplete(m) => ApiError::MembershipIncomplete(m),
+            FabricError::Arena(e) => ApiError::Arena(e),
+            FabricError::ArenaForbidden => ApiError::NamespaceForbidden("change arenas of"),
         }
+    }
+}
+
+/// The status of an arena refusal: bad input 400, a request out of step with the arena's
+/// state 409, the table at its bounds 507.
+fn arena_status(e: &ArenaError) -> StatusCode {
+    use ArenaError::*;
+    match e {
+        NotHybrid { .. }
+        | UnknownLayer { .. }
+        | RowLength { .. }
+        | TokenLength { .. }
+        | NoGroups { .. } => StatusCode::BAD_REQUEST,
+        GroupNotDrained { .. } | GroupIncomplete { .. } => StatusCode::CONFLICT,
+        UnknownArena(_) => StatusCode::NOT_FOUND,
+        TooManyArenas { .. } | OverBudget { .. } => StatusCode::INSUFFICIENT_STORAGE,
+    }
+}
+
+/// The stable code of an arena refusal.
+fn arena_code(e: &ArenaError) -> &'static str {
+    use ArenaError::*;
+    match e {
+        NotHybrid { .. } => "model_not_hybrid",
+        UnknownLayer { .. } => "unknown_layer",
+        RowLength { .. } | TokenLength { .. } => "payload_length",
+        NoGroups { .. } => "no_groups",
+        GroupNotDrained { .. } => "group_not_drained",
+        GroupIncomplete { .. } => "group_incomplete",
+        UnknownArena(_) => "not_found",
+        TooManyArenas { .. } => "too_many_arenas",
+        OverBudget { .. } => "arena_budget",
     }
 }
 

@@ -110,29 +110,49 @@ pub(crate) fn block_id(path: &str) -> Result<BlockId, ApiError> {
     BlockId::from_hex(raw).map_err(|e| ApiError::InvalidBlockId(e.to_string()))
 }
 
-/// The `position` of a read's query string; any other parameter is refused.
-pub(crate) fn query_position(query: Option<&str>) -> Result<Option<u64>, ApiError> {
-    let mut position = None;
+/// What a read's query string asks for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ReadQuery {
+    /// `position`: rotate the block's RoPE dims so its first token sits there.
+    pub(crate) position: Option<u64>,
+    /// `variant`: which of this node's blocks under the id (0, the default, is the first
+    /// sealed; more exist only after a dedup collision).
+    pub(crate) variant: u32,
+}
+
+/// The `position` and `variant` of a read's query string, each at most once; any other
+/// parameter is refused.
+pub(crate) fn read_query(query: Option<&str>) -> Result<ReadQuery, ApiError> {
+    let mut q = ReadQuery::default();
+    let (mut position, mut variant) = (false, false);
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        if k != "position" {
-            return Err(ApiError::InvalidQuery(format!(
-                "expected only `position`, found {:?}",
-                k.chars().take(40).collect::<String>()
-            )));
+        let seen = match k {
+            "position" => &mut position,
+            "variant" => &mut variant,
+            _ => {
+                return Err(ApiError::InvalidQuery(format!(
+                    "expected `position` or `variant`, found {:?}",
+                    k.chars().take(40).collect::<String>()
+                )))
+            }
+        };
+        if std::mem::replace(seen, true) {
+            return Err(ApiError::InvalidQuery(format!("`{k}` given twice")));
         }
-        if position.is_some() {
-            return Err(ApiError::InvalidQuery("`position` given twice".into()));
-        }
-        let p: u64 = v.parse().map_err(|_| {
+        let bad = || {
             ApiError::InvalidQuery(format!(
-                "position: expected a non-negative integer, found {:?}",
+                "{k}: expected a non-negative integer, found {:?}",
                 v.chars().take(40).collect::<String>()
             ))
-        })?;
-        position = Some(checked_position(p)?);
+        };
+        if k == "position" {
+            q.position = Some(checked_position(v.parse().map_err(|_| bad())?)?);
+        } else {
+            q.variant = v.parse().map_err(|_| bad())?;
+        }
     }
-    Ok(position)
+    Ok(q)
 }
 
 #[cfg(test)]
@@ -141,18 +161,25 @@ mod tests {
 
     #[test]
     fn queries_and_ids_parse_strictly() {
-        assert_eq!(query_position(None).unwrap(), None);
-        assert_eq!(query_position(Some("position=12")).unwrap(), Some(12));
+        assert_eq!(read_query(None).unwrap(), ReadQuery::default());
+        assert_eq!(read_query(Some("position=12")).unwrap().position, Some(12));
+        let both = read_query(Some("variant=1&position=3")).unwrap();
+        assert_eq!((both.position, both.variant), (Some(3), 1));
+        for bad in [
+            "position=-1",
+            "pos=1",
+            "variant=x",
+            "variant=-1",
+            "variant=1&variant=1",
+            "position=1&position=2",
+        ] {
+            assert!(
+                matches!(read_query(Some(bad)), Err(ApiError::InvalidQuery(_))),
+                "{bad}"
+            );
+        }
         assert!(matches!(
-            query_position(Some("position=-1")),
-            Err(ApiError::InvalidQuery(_))
-        ));
-        assert!(matches!(
-            query_position(Some("pos=1")),
-            Err(ApiError::InvalidQuery(_))
-        ));
-        assert!(matches!(
-            query_position(Some("position=99999999999")),
+            read_query(Some("position=99999999999")),
             Err(ApiError::PositionOutOfRange { .. })
         ));
         let id = "0f".repeat(32);

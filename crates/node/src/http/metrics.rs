@@ -23,7 +23,8 @@
 //! | `kvfabric_quarantined_total`, `kvfabric_recovered_blocks_total` | counter | |
 //! | `kvfabric_tier_capacity_bytes`, `kvfabric_tier_used_bytes`, `kvfabric_tier_blocks` | gauge | tier |
 //! | `kvfabric_held_blocks`, `kvfabric_chunk_keys` | gauge | |
-//! | `kvfabric_raft_state` | gauge | stat: `term`, `is_leader`, `last_applied`, `last_log`, `epoch`, `members_healthy`, `rpc_ok`, `rpc_failed`, `rpc_served` (cluster nodes) |
+//! | `kvfabric_arenas`, `kvfabric_arena_bytes` | gauge | | (live per-request arenas, the bytes they hold)
+//! | `kvfabric_raft_state` | gauge | stat: `term`, `is_leader`, `last_applied`, `last_log`, `epoch`, `members_healthy`, `members`, `rpc_ok`, `rpc_failed`, `rpc_served` (cluster nodes) |
 //! | `kvfabric_transport` | gauge | stat: the block transport's counters, e.g. `fetches_ok`, `verify_failures`, `bytes_in` (cluster nodes) |
 //! | `kvfabric_tier_moves` | gauge | stat: `recorded` (in the directory), `failed`, `before_join` (cluster nodes) |
 //! | `kvfabric_peer_health` | gauge | stat: `suspects` (members suspected now), `suspected` (times a member became a suspect), `cleared` (times a suspect answered again), `probes` (probes sent to suspects) (cluster nodes) |
@@ -126,6 +127,8 @@ pub(crate) struct Metrics {
     tier_blocks: Family<TierLabels, Gauge>,
     held_blocks: Gauge,
     chunk_keys: Gauge,
+    arenas: Gauge,
+    arena_bytes: Gauge,
     raft: Family<StatLabels, Gauge>,
     transport: Family<StatLabels, Gauge>,
     repair: Family<StatLabels, Gauge>,
@@ -160,6 +163,8 @@ impl Metrics {
             tier_blocks: Family::default(),
             held_blocks: Gauge::default(),
             chunk_keys: Gauge::default(),
+            arenas: Gauge::default(),
+            arena_bytes: Gauge::default(),
             raft: Family::default(),
             transport: Family::default(),
             repair: Family::default(),
@@ -258,6 +263,16 @@ impl Metrics {
             m.chunk_keys.clone(),
         );
         r.register(
+            "arenas",
+            "Per-request arenas live on this node",
+            m.arenas.clone(),
+        );
+        r.register(
+            "arena_bytes",
+            "Bytes the live per-request arenas hold",
+            m.arena_bytes.clone(),
+        );
+        r.register(
             "raft_state",
             "The directory member's Raft state and RPC counts",
             m.raft.clone(),
@@ -314,6 +329,7 @@ impl Metrics {
             ("last_log", c.last_log),
             ("epoch", c.epoch),
             ("members_healthy", c.members_healthy),
+            ("members", c.members),
             ("rpc_ok", c.raft_calls_ok),
             ("rpc_failed", c.raft_calls_failed),
             ("rpc_served", c.raft_served),
@@ -386,6 +402,12 @@ impl Metrics {
                 .get_or_create(&labels)
                 .set(gauge(l.samples));
         }
+    }
+
+    /// Sets the arena gauges: live arenas and the bytes they hold.
+    pub(crate) fn set_arenas(&self, live: u64, bytes: u64) {
+        self.arenas.set(gauge(live));
+        self.arena_bytes.set(gauge(bytes));
     }
 
     /// The OpenMetrics text of every series, store figures taken from `snapshot` (absent while

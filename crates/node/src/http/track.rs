@@ -21,14 +21,35 @@ pub(crate) fn route_label(path: &str) -> &'static str {
     match path {
         "/v1/blocks" => "/v1/blocks",
         p if p.starts_with("/v1/blocks/") => "/v1/blocks/{id}",
+        "/v1/arenas" => "/v1/arenas",
+        p if p.starts_with("/v1/arenas/") => arena_route(p),
         "/v1/lookup" => "/v1/lookup",
         "/v1/route" => "/v1/route",
         "/v1/models" => "/v1/models",
         "/v1/cluster" => "/v1/cluster",
         "/v1/events" => "/v1/events",
+        "/v1/operator/overview" => "/v1/operator/overview",
+        "/v1/operator/events" => "/v1/operator/events",
+        p if p == "/v1/operator/members" || p.starts_with("/v1/operator/members/") => {
+            "/v1/operator/members"
+        }
+        p if p == "/dashboard" || p.starts_with("/dashboard/") => "/dashboard",
         "/metrics" => "/metrics",
         "/healthz" => "/healthz",
         "/readyz" => "/readyz",
+        _ => "other",
+    }
+}
+
+/// The route template of a path under `/v1/arenas/`.
+fn arena_route(path: &str) -> &'static str {
+    let parts: Vec<&str> = path.trim_start_matches("/v1/arenas/").split('/').collect();
+    match parts.as_slice() {
+        [_] => "/v1/arenas/{id}",
+        [_, "tokens"] => "/v1/arenas/{id}/tokens",
+        [_, "layers", _, "rows"] => "/v1/arenas/{id}/layers/{layer}/rows",
+        [_, "layers", _, "window"] => "/v1/arenas/{id}/layers/{layer}/window",
+        [_, "layers", _, "drain"] => "/v1/arenas/{id}/layers/{layer}/drain",
         _ => "other",
     }
 }
@@ -110,6 +131,17 @@ mod tests {
         assert_eq!(route_label("/v1/blocks/abc"), "/v1/blocks/{id}");
         assert_eq!(route_label("/v1/blocks"), "/v1/blocks");
         assert_eq!(route_label("/nope/../x"), "other");
+        assert_eq!(route_label("/v1/arenas"), "/v1/arenas");
+        assert_eq!(route_label("/v1/arenas/ab"), "/v1/arenas/{id}");
+        assert_eq!(
+            route_label("/v1/arenas/ab/tokens"),
+            "/v1/arenas/{id}/tokens"
+        );
+        assert_eq!(
+            route_label("/v1/arenas/ab/layers/7/window"),
+            "/v1/arenas/{id}/layers/{layer}/window"
+        );
+        assert_eq!(route_label("/v1/arenas/ab/layers/7/x"), "other");
         assert_eq!(method_label(&Method::PATCH), "other");
     }
 }

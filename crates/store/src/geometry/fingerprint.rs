@@ -15,7 +15,11 @@
 //! | integers | u32 (`original_max_position`: u64) |
 //! | dtypes | u8: f32 1, bf16 2, f16 3, fp8 4, fp4 5 |
 //! | layer schemes | u32 count, then u8 each: csa 1, hca 2, swa 3 |
-//! | RoPE | u8 convention (half-split 1, interleaved 2), f64 theta (IEEE bits), u8 scaling (none 0, yarn 1 + f64 factor, u64 original, f64 beta_fast, f64 beta_slow; factors 2 + u32 count + f64 each) |
+//! | RoPE | u8 convention (half-split 1, interleaved 2), f64 theta (IEEE bits), u8 scaling (none 0; yarn 1 + f64 factor, u64 original, f64 beta_fast, f64 beta_slow; longrope 3 + u64 original, u64 max position, u32 count + f64 each short factor, u32 count + f64 each long factor), then, only when the attention factor is not 1, u8 0xAF + f64 factor |
+//! | hybrid fields | u32 head, rope, indexer and indexer RoPE dims, k1, k2, window; dtypes of RoPE, content, indexer; layer schemes; RoPE of SWA-only layers; RoPE of CSA/HCA layers |
+//!
+//! (Tag 2 was explicit per-pair factors, replaced by LongRoPE; 0xAF never follows a RoPE whose
+//! factor is 1, so presets that predate attention factors keep their fingerprints.)
 //!
 //! Changing this encoding changes every block id: it is a format version, not a detail.
 
@@ -50,6 +54,7 @@ pub fn canonical_bytes(g: &ModelGeometry) -> Vec<u8> {
                 h.head_dim,
                 h.rope_dim,
                 h.indexer_dim,
+                h.indexer_rope_dim,
                 h.csa_compression,
                 h.hca_compression,
                 h.swa_window,
@@ -120,25 +125,29 @@ impl Enc {
         self.f64(r.theta);
         match &r.scaling {
             RopeScaling::None => self.u8(0),
-            RopeScaling::Yarn {
-                factor,
-                original_max_position,
-                beta_fast,
-                beta_slow,
-            } => {
+            RopeScaling::Yarn(y) => {
                 self.u8(1);
-                self.f64(*factor);
-                self.u64(*original_max_position);
-                self.f64(*beta_fast);
-                self.f64(*beta_slow);
+                self.f64(y.factor);
+                self.u64(y.original_max_position);
+                self.f64(y.beta_fast);
+                self.f64(y.beta_slow);
             }
-            RopeScaling::Factors(f) => {
-                self.u8(2);
-                self.u32(f.len() as u32);
-                for x in f {
-                    self.f64(*x);
+            RopeScaling::LongRope(l) => {
+                self.u8(3);
+                self.u64(l.original_max_position);
+                self.u64(l.max_position);
+                for set in [&l.short_factors, &l.long_factors] {
+                    self.u32(set.len() as u32);
+                    for x in set {
+                        self.f64(*x);
+                    }
                 }
             }
+        }
+        let factor = r.attention_factor();
+        if factor != 1.0 {
+            self.u8(0xAF);
+            self.f64(factor);
         }
     }
 }
@@ -173,5 +182,20 @@ mod tests {
         assert_ne!(fingerprint(&theta), base);
     }
 
+    /// Pinned too: a LongRoPE preset and a hybrid one (their encodings are the newest).
+    #[test]
+    fn minicpm3_and_v4_pro_fingerprints_are_pinned() {
+        for (name, pinned) in [
+            ("minicpm3-4b", PINNED_MINICPM3),
+            ("deepseek-v4-pro", PINNED_V4_PRO),
+        ] {
+            let g = builtin_preset(name).expect("preset");
+            let hex: String = fingerprint(&g).iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(hex, pinned, "{name}");
+        }
+    }
+
     const PINNED_V3: &str = "de4c002b68499870e08f4b56b6a329b7";
+    const PINNED_MINICPM3: &str = "7f39521332a95cb453c459f76ec23362";
+    const PINNED_V4_PRO: &str = "7510ad2758ee8e4015a03c1730d8994f";
 }

@@ -5,9 +5,14 @@
 //! CSA layer a row is one compressed entry (k1 tokens) with regions RoPE, content and indexer;
 //! for an HCA layer one entry per k2 tokens with RoPE and content. SWA layers hold nothing in a
 //! block (their rows live in the per-request arena). Multi-byte values are little-endian.
+//!
+//! A compressed entry's RoPE region is the entry's trailing `rope_dim` dims (DeepSeek-V4 lays a
+//! head out as `[content | rope]`), its content region the leading ones; a CSA indexer key is
+//! stored whole, its trailing `indexer_rope_dim` dims being the ones the model rotates.
 
 use super::{Attention, LayerScheme, ModelGeometry};
 use crate::dtype::Dtype;
+use crate::error::StoreError;
 use crate::rope::RopeSpec;
 
 /// What a region holds.
@@ -27,6 +32,20 @@ pub enum RegionKind {
     Value,
 }
 
+impl RegionKind {
+    /// The lowercase name used in errors and the API.
+    pub const fn name(self) -> &'static str {
+        match self {
+            RegionKind::Latent => "c_kv",
+            RegionKind::Rope => "rope",
+            RegionKind::Content => "content",
+            RegionKind::Indexer => "indexer",
+            RegionKind::Key => "key",
+            RegionKind::Value => "value",
+        }
+    }
+}
+
 /// One region of one layer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RegionLayout {
@@ -40,6 +59,9 @@ pub struct RegionLayout {
     pub offset: u64,
     /// Byte length (`rows * dims * bits / 8`).
     pub len: u64,
+    /// How many of each row's dims, at its end, the model rotates (all of a `Rope` region, the
+    /// trailing RoPE dims of a CSA indexer key, 0 elsewhere).
+    pub rope_dims: u32,
 }
 
 impl RegionLayout {
@@ -88,14 +110,38 @@ pub struct BlockLayout {
 }
 
 impl BlockLayout {
-    /// Every rotary region with its layer's RoPE and row stride, in payload order.
+    /// Every region holding RoPE dims, with its layer (RoPE and row stride), in payload order.
     pub fn rope_regions(&self) -> impl Iterator<Item = (&LayerLayout, &RegionLayout)> {
         self.layers.iter().flat_map(|l| {
             l.regions
                 .iter()
-                .filter(|r| r.kind == RegionKind::Rope)
+                .filter(|r| r.rope_dims > 0)
                 .map(move |r| (l, r))
         })
+    }
+
+    /// Whether a block of this layout can be read at another position: every region holding
+    /// RoPE dims must be of a dtype the fabric can rotate. Refused with the first layer and
+    /// region that cannot, and why.
+    pub fn check_rotatable(&self) -> Result<(), StoreError> {
+        for (index, layer) in self.layers.iter().enumerate() {
+            if let Some(r) = layer
+                .regions
+                .iter()
+                .find(|r| r.rope_dims > 0 && !r.dtype.is_rotatable())
+            {
+                return Err(StoreError::PositionShiftUnsupported {
+                    layer: index as u32,
+                    region: r.kind.name(),
+                    reason: format!(
+                        "{} of its {} dims are RoPE dims the model rotated before storing them as {}, \
+                         and {} values cannot be re-rotated exactly; put and read its blocks without a position",
+                        r.rope_dims, r.dims, r.dtype, r.dtype
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Number of regions across all layers.
@@ -116,10 +162,10 @@ impl Builder {
         rows: u32,
         tokens_per_row: u32,
         rope: Option<RopeSpec>,
-        regions: &[(RegionKind, Dtype, u32)],
+        regions: &[(RegionKind, Dtype, u32, u32)],
     ) {
         let mut out = Vec::with_capacity(regions.len());
-        for &(kind, dtype, dims) in regions {
+        for &(kind, dtype, dims, rope_dims) in regions {
             let len = u64::from(rows) * u64::from(dims) * dtype.bits() / 8;
             out.push(RegionLayout {
                 kind,
@@ -127,6 +173,7 @@ impl Builder {
                 dims,
                 offset: self.offset,
                 len,
+                rope_dims,
             });
             self.offset += len;
         }
@@ -155,8 +202,8 @@ pub(super) fn derive(g: &ModelGeometry) -> BlockLayout {
                     1,
                     Some(m.rope.clone()),
                     &[
-                        (RegionKind::Latent, m.c_kv, m.kv_lora_rank),
-                        (RegionKind::Rope, m.k_rope, m.rope_dim),
+                        (RegionKind::Latent, m.c_kv, m.kv_lora_rank, 0),
+                        (RegionKind::Rope, m.k_rope, m.rope_dim, m.rope_dim),
                     ],
                 );
             }
@@ -170,9 +217,14 @@ pub(super) fn derive(g: &ModelGeometry) -> BlockLayout {
                         h.csa_compression,
                         Some(h.compressed_rope.clone()),
                         &[
-                            (RegionKind::Rope, h.rope_dtype, h.rope_dim),
-                            (RegionKind::Content, h.content_dtype, h.content_dim()),
-                            (RegionKind::Indexer, h.indexer_dtype, h.indexer_dim),
+                            (RegionKind::Rope, h.rope_dtype, h.rope_dim, h.rope_dim),
+                            (RegionKind::Content, h.content_dtype, h.content_dim(), 0),
+                            (
+                                RegionKind::Indexer,
+                                h.indexer_dtype,
+                                h.indexer_dim,
+                                h.indexer_rope_dim,
+                            ),
                         ],
                     ),
                     LayerScheme::Hca => b.layer(
@@ -181,8 +233,8 @@ pub(super) fn derive(g: &ModelGeometry) -> BlockLayout {
                         h.hca_compression,
                         Some(h.compressed_rope.clone()),
                         &[
-                            (RegionKind::Rope, h.rope_dtype, h.rope_dim),
-                            (RegionKind::Content, h.content_dtype, h.content_dim()),
+                            (RegionKind::Rope, h.rope_dtype, h.rope_dim, h.rope_dim),
+                            (RegionKind::Content, h.content_dtype, h.content_dim(), 0),
                         ],
                     ),
                     LayerScheme::Swa => b.layer(Some(LayerScheme::Swa), 0, 1, None, &[]),
@@ -198,8 +250,8 @@ pub(super) fn derive(g: &ModelGeometry) -> BlockLayout {
                     1,
                     None,
                     &[
-                        (RegionKind::Key, q.dtype, dims),
-                        (RegionKind::Value, q.dtype, dims),
+                        (RegionKind::Key, q.dtype, dims, 0),
+                        (RegionKind::Value, q.dtype, dims, 0),
                     ],
                 );
             }

@@ -95,6 +95,8 @@ pub struct HybridGeometry {
     pub rope_dim: u32,
     /// Width of the CSA indexer key, stored in `indexer_dtype`.
     pub indexer_dim: u32,
+    /// Trailing dims of the indexer key that the model rotates (RoPE), 64 for V4.
+    pub indexer_rope_dim: u32,
     /// CSA compression k1 (tokens per CSA entry).
     pub csa_compression: u32,
     /// HCA compression k2 (tokens per HCA entry).
@@ -109,9 +111,10 @@ pub struct HybridGeometry {
     pub indexer_dtype: Dtype,
     /// The scheme of every layer, in order.
     pub schemes: Vec<LayerScheme>,
-    /// RoPE of sliding-window rows.
+    /// RoPE of the sliding-window-only layers (`rope_theta`, no scaling, for V4).
     pub rope: RopeSpec,
-    /// RoPE of compressed entries (V4 uses its own theta for them).
+    /// RoPE of every row of a CSA or HCA layer: its compressed entries, its indexer keys and
+    /// its window rows (`compress_rope_theta` with YaRN, for V4).
     pub compressed_rope: RopeSpec,
 }
 

@@ -44,23 +44,33 @@ impl Store {
         namespace: &NamespaceKey,
     ) -> Result<(VerifiedBlock, Tier), StoreError> {
         for slot in self.slots_of(id, namespace) {
-            let tier = self.slot(slot)?.handle.tier;
-            let bytes = match self.read_slot(slot) {
-                Ok(b) => b,
+            match self.get_slot(slot) {
                 Err(StoreError::Corrupt { .. }) => continue,
-                Err(e) => return Err(e),
-            };
-            self.counters.hits[tier_index(tier)] += 1;
-            if let Some(p) = &mut self.policies[tier_index(tier)] {
-                p.touch(slot);
+                found => return found,
             }
-            if tier == Tier::Disk {
-                self.promote(slot, &bytes)?;
-            }
-            return Ok((VerifiedBlock::checked(*id, *namespace, bytes), tier));
         }
         self.counters.misses += 1;
         Err(StoreError::NotFound(*id))
+    }
+
+    /// Reads one slot as [`Store::get`] reads a block: verified, counted as a hit of its tier,
+    /// promoted from disk when room can be made. Bytes that fail verification are quarantined
+    /// ([`StoreError::Corrupt`]). The way to a block's second and later slots, which exist only
+    /// after a dedup collision (same id, other bytes).
+    pub fn get_slot(&mut self, slot: SlotId) -> Result<(VerifiedBlock, Tier), StoreError> {
+        let (id, namespace, tier) = {
+            let s = self.slot(slot)?;
+            (s.id, s.namespace, s.handle.tier)
+        };
+        let bytes = self.read_slot(slot)?;
+        self.counters.hits[tier_index(tier)] += 1;
+        if let Some(p) = &mut self.policies[tier_index(tier)] {
+            p.touch(slot);
+        }
+        if tier == Tier::Disk {
+            self.promote(slot, &bytes)?;
+        }
+        Ok((VerifiedBlock::checked(id, namespace, bytes), tier))
     }
 
     /// Reads a block's payload, with `k_rope` rotated so the first token sits at `position`

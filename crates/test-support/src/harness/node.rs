@@ -1,6 +1,6 @@
 //! [`TestNode`]: the real `kvfabric` binary started on loopback with a temp data directory,
 //! an OS-chosen port (`127.0.0.1:0`, read back from the line the node prints), a small models
-//! directory (the tiny MLA preset plus copies of three shipped ones) and, by default, three
+//! directory (the tiny MLA preset plus copies of five shipped ones) and, by default, three
 //! tenants; its config written through [`crate::config`].
 //!
 //! Timeouts are generous (a loaded 2-core machine starts processes slowly); nothing here
@@ -16,8 +16,8 @@ use kvfabric_store::ModelGeometry;
 
 use super::{Kvfabric, Reply};
 use crate::config::{
-    Bytes, DiskSection, EventsSection, LimitsSection, ModelsSection, NamespaceSection,
-    NodeConfigFile, TenantSection,
+    ArenasSection, Bytes, DiskSection, EventsSection, LimitsSection, ModelsSection,
+    NamespaceSection, NodeConfigFile, OperatorSection, TenantSection,
 };
 use crate::presets::{payload, tiny, TINY_TOML};
 
@@ -46,6 +46,10 @@ pub struct Options {
     pub events: Option<EventsSection>,
     /// Whether to declare tenants (else an open node).
     pub tenants: bool,
+    /// `[operator] token`, if any.
+    pub operator: Option<String>,
+    /// `[arenas]`, if any.
+    pub arenas: Option<ArenasSection>,
 }
 
 impl Default for Options {
@@ -56,6 +60,8 @@ impl Default for Options {
             limits: LimitsSection::default(),
             events: None,
             tenants: true,
+            operator: None,
+            arenas: None,
         }
     }
 }
@@ -72,7 +78,13 @@ pub struct TestNode {
 }
 
 /// The shipped model presets a test node's models directory also holds.
-const SHIPPED_MODELS: [&str; 3] = ["deepseek-v3.toml", "minicpm3-4b.toml", "llama-3.1-8b.toml"];
+const SHIPPED_MODELS: [&str; 5] = [
+    "deepseek-v3.toml",
+    "minicpm3-4b.toml",
+    "llama-3.1-8b.toml",
+    "deepseek-v4-pro.toml",
+    "deepseek-v4-flash.toml",
+];
 
 impl TestNode {
     /// Writes a config and a models directory into a fresh temp dir and starts a node.
@@ -284,6 +296,22 @@ impl TestNode {
         Reply::whole(r.send(body).expect("POST"))
     }
 
+    /// `POST path` with a raw body and exactly these extra headers.
+    pub fn post_with(
+        &self,
+        token: Option<&str>,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Reply {
+        let r = self.req(
+            self.agent.post(format!("{}{path}", self.url)),
+            token,
+            headers,
+        );
+        Reply::whole(r.send(body).expect("POST"))
+    }
+
     /// Sends `head` (request line and headers, no body) on a fresh connection and reads the
     /// whole answer; for requests a well-behaved client would not send.
     pub fn raw(&self, head: &str) -> String {
@@ -341,6 +369,8 @@ fn config(o: &Options) -> NodeConfigFile {
     });
     c.limits = Some(o.limits.clone());
     c.events = o.events.clone();
+    c.operator = o.operator.clone().map(|token| OperatorSection { token });
+    c.arenas = o.arenas.clone();
     if o.tenants {
         let ns = |name: &str, shared: bool| NamespaceSection {
             name: name.into(),

@@ -1,6 +1,6 @@
 //! `GET`, `HEAD` and `DELETE /v1/blocks/{id}`.
 //!
-//! Each calls one fabric method ([`kvfabric_core::Fabric::get`], `head`, `delete`). On a
+//! Each calls one fabric method ([`kvfabric_core::Fabric::get_variant`], `head`, `delete`). On a
 //! cluster node a `GET` that misses locally is served from another owner, named in
 //! `kvfabric-source: n<owner>`; `HEAD` answers as `GET` would (an owner's probe answer when
 //! this node holds none), moving nothing; both answer 503 `owners_unreachable` when owners
@@ -51,7 +51,8 @@ fn block_headers(
     }
 }
 
-/// `GET /v1/blocks/{id}`: the payload, `k_rope` rotated to `?position=` if asked.
+/// `GET /v1/blocks/{id}`: the payload, `k_rope` rotated to `?position=` if asked; `?variant=`
+/// picks a later block under the id (after a dedup collision; see `Fabric::get_variant`).
 pub(crate) async fn get_block(
     State(app): State<AppState>,
     headers: HeaderMap,
@@ -60,8 +61,8 @@ pub(crate) async fn get_block(
     let fabric = app.fabric()?;
     let read = app.tenancy.caller(&headers)?.read(&headers)?;
     let id = headers::block_id(uri.path())?;
-    let position = headers::query_position(uri.query())?;
-    let served = match fabric.get(&read, id, position).await {
+    let q = headers::read_query(uri.query())?;
+    let served = match fabric.get_variant(&read, id, q.variant, q.position).await {
         Ok(s) => s,
         Err(e) => {
             if matches!(e, FabricError::NotFound) {
@@ -100,11 +101,12 @@ pub(crate) async fn head_block(
     let fabric = app.fabric()?;
     let read = app.tenancy.caller(&headers)?.read(&headers)?;
     let id = headers::block_id(uri.path())?;
-    headers::query_position(uri.query())?;
-    let head = fabric
-        .head(&read, id)
-        .await
-        .map_err(ApiError::from_fabric)?;
+    let q = headers::read_query(uri.query())?;
+    let head = match q.variant {
+        0 => fabric.head(&read, id).await,
+        v => fabric.head_variant(&read, id, v),
+    }
+    .map_err(ApiError::from_fabric)?;
     let mut resp = StatusCode::OK.into_response();
     block_headers(&mut resp, head.tier, head.payload_len, None, head.source);
     Ok(resp)

@@ -8,6 +8,9 @@
 //! A block may be named by two chunk keys: `kvfabric-chunk-key` (usually the prefix-chained
 //! key) and `kvfabric-chunk-key-independent` (the position-independent one); each is recorded
 //! so that lookups and routes find the block by either.
+//!
+//! A put from an engine may carry the engine's identity of the block (`kvfabric-engine-*`,
+//! [`engine_headers`]): kept with the block, published in its events.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -22,8 +25,8 @@ use tokio::time::Instant;
 
 use crate::http::body::{drain, next_piece};
 use crate::http::errors::ApiError;
-use crate::http::headers;
 use crate::http::metrics::DedupLabels;
+use crate::http::{engine_headers, headers};
 use crate::http::{App, AppState};
 
 /// The 201 body.
@@ -39,6 +42,10 @@ struct PutResponse {
     replicas: u32,
     /// The nodes that acknowledged holding one (`n<id>`, this node first).
     holders: Vec<String>,
+    /// Which of this node's blocks under the id it is, when not the first (a dedup
+    /// collision: read it with `?variant=`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    variant: Option<u32>,
 }
 
 /// What the headers decided, before any byte of the body is read.
@@ -49,6 +56,8 @@ struct Plan<'a> {
     /// The chunk keys naming the block: `kvfabric-chunk-key`, then
     /// `kvfabric-chunk-key-independent` (each optional).
     chunk_keys: Vec<ChunkKey>,
+    /// The engine's identity of the block (`kvfabric-engine-*`), for the events.
+    engine: Option<std::sync::Arc<kvfabric_core::events::EngineBlock>>,
 }
 
 /// The request body, read piece by piece within the body deadline.
@@ -102,6 +111,7 @@ pub(crate) async fn put_block(
         model: plan.model,
         form: plan.form,
         chunk_keys: plan.chunk_keys,
+        engine: plan.engine,
     };
     let done = match fabric.put(req, &mut body).await {
         Ok(d) => d,
@@ -131,6 +141,7 @@ pub(crate) async fn put_block(
         bytes: done.bytes.0,
         replicas: done.replicas,
         holders: done.holders.iter().map(|n| n.to_string()).collect(),
+        variant: (done.variant > 0).then_some(done.variant),
     };
     Ok((StatusCode::CREATED, super::json(&resp)).into_response())
 }
@@ -159,7 +170,14 @@ fn plan<'a>(app: &'a App, headers: &HeaderMap) -> Result<(&'a Fabric, Plan<'a>),
         });
     }
     let form = match headers::position(headers)? {
-        Some(position) => PutForm::Rotated { position },
+        Some(position) => {
+            // A model whose RoPE dims cannot be un-rotated is refused before its body is read.
+            model
+                .layout
+                .check_rotatable()
+                .map_err(ApiError::from_store)?;
+            PutForm::Rotated { position }
+        }
         None => PutForm::Canonical,
     };
     let chunk_keys: Vec<ChunkKey> = [
@@ -169,6 +187,7 @@ fn plan<'a>(app: &'a App, headers: &HeaderMap) -> Result<(&'a Fabric, Plan<'a>),
     .into_iter()
     .flatten()
     .collect();
+    let engine = engine_headers::engine_block(headers, g)?;
     let expected = model.layout.payload_len;
     let max = app.limits.max_body_bytes;
     if expected > max {
@@ -191,6 +210,7 @@ fn plan<'a>(app: &'a App, headers: &HeaderMap) -> Result<(&'a Fabric, Plan<'a>),
             model,
             form,
             chunk_keys,
+            engine,
         },
     ))
 }

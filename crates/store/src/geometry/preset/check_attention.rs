@@ -69,6 +69,18 @@ impl Check<'_> {
             ));
         }
         let indexer_dim = self.count(h.indexer_dim, "hybrid.indexer_dim", DIMS_MAX)?;
+        let indexer_rope_dim = self.even(
+            self.required(h.indexer_rope_dim, "hybrid.indexer_rope_dim")?,
+            "hybrid.indexer_rope_dim",
+        )?;
+        if indexer_rope_dim > indexer_dim {
+            return Err(self.err(
+                "hybrid.indexer_rope_dim",
+                format!(
+                    "must be at most hybrid.indexer_dim ({indexer_dim}), found {indexer_rope_dim}"
+                ),
+            ));
+        }
         let k1 = self.count(h.csa_compression, "hybrid.csa_compression", TOKENS_MAX)?;
         let k2 = self.count(h.hca_compression, "hybrid.hca_compression", TOKENS_MAX)?;
         if k2 % k1 != 0 {
@@ -102,6 +114,7 @@ impl Check<'_> {
             head_dim,
             rope_dim,
             indexer_dim,
+            indexer_rope_dim,
             csa_compression: k1,
             hca_compression: k2,
             swa_window,

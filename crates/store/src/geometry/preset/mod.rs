@@ -25,12 +25,13 @@
 //! head_dim = 512               # RoPE + content dims of one compressed entry
 //! rope_dim = 64                # even, less than head_dim
 //! indexer_dim = 128            # CSA indexer key
+//! indexer_rope_dim = 64        # even, at most indexer_dim: its trailing dims the model rotates
 //! csa_compression = 4          # k1
 //! hca_compression = 128        # k2, a multiple of k1
 //! swa_window = 128
 //! [[hybrid.layer_map]]         # runs in layer order; `schemes` cycles over `count` layers
 //! count = 2
-//! schemes = ["swa"]            # csa | hca | swa
+//! schemes = ["hca"]            # csa | hca | swa
 //!
 //! [gqa]                        # kind = "gqa" (accounting only)
 //! kv_heads = 8
@@ -41,21 +42,33 @@
 //! k_rope = "bf16"              # mla; must be rotatable (f32, bf16, f16)
 //! rope = "bf16"                # hybrid; must be rotatable
 //! content = "fp8"              # hybrid
-//! indexer = "fp4"              # hybrid
+//! indexer = "fp4"              # hybrid (an fp4/fp8 indexer with RoPE dims: no ?position)
 //! kv = "bf16"                  # gqa
 //!
-//! [rope]                       # mla and hybrid (for hybrid: sliding-window rows)
+//! [rope]                       # mla; hybrid: its sliding-window-only layers
 //! convention = "interleaved"   # interleaved (pairs 2i, 2i+1) | half_split (pairs i, i+d/2)
 //! theta = 10000.0
-//! factors = [1.0, 1.0]         # optional, exactly rope_dim / 2 per-pair divisors (LongRoPE)
-//! [rope.yarn]                  # optional, not together with `factors`
+//! [rope.yarn]                  # optional: the model's rope_scaling of type yarn
 //! factor = 40.0
-//! original_max_position = 4096
+//! original_max_position = 4096 # original_max_position_embeddings
 //! beta_fast = 32.0
 //! beta_slow = 1.0
+//! mscale = 1.0                 # optional, with mscale_all_dim: attention factor
+//! mscale_all_dim = 1.0         #   mscale(factor, mscale) / mscale(factor, mscale_all_dim)
+//! attention_factor = 1.0       # optional, overrides the rule above
+//! [rope.longrope]              # optional, not with yarn: type longrope
+//! original_max_position = 32768
+//! max_position = 32768         # max_position_embeddings
+//! short_factors = [1.0, ...]   # exactly rope_dim / 2 each
+//! long_factors = [1.0, ...]
+//! attention_factor = 1.0       # optional (default: 1, or sqrt(1 + ln s / ln original) for
+//!                              #   s = max_position / original_max_position > 1)
 //!
-//! [compressed_rope]            # hybrid only: RoPE of CSA/HCA entries, same keys as [rope]
+//! [compressed_rope]            # hybrid only: every row of its CSA and HCA layers
 //! ```
+//!
+//! The RoPE keys are the model's own `config.json` values; `tests/rope_vectors.rs` checks every
+//! built-in preset against the model's transformers classes.
 
 use std::path::Path;
 
@@ -92,6 +105,10 @@ pub const BUILTIN_PRESET_FILES: &[(&str, &str)] = &[
     (
         "deepseek-v3.toml",
         include_str!("../../../../../configs/models/deepseek-v3.toml"),
+    ),
+    (
+        "deepseek-v4-flash.toml",
+        include_str!("../../../../../configs/models/deepseek-v4-flash.toml"),
     ),
     (
         "deepseek-v4-pro.toml",

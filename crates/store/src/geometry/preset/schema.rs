@@ -39,6 +39,7 @@ pub(super) struct RawHybrid {
     pub(super) head_dim: Option<u32>,
     pub(super) rope_dim: Option<u32>,
     pub(super) indexer_dim: Option<u32>,
+    pub(super) indexer_rope_dim: Option<u32>,
     pub(super) csa_compression: Option<u32>,
     pub(super) hca_compression: Option<u32>,
     pub(super) swa_window: Option<u32>,
@@ -75,8 +76,10 @@ pub(super) struct RawPrecision {
 pub(super) struct RawRope {
     pub(super) convention: Option<String>,
     pub(super) theta: Option<f64>,
+    /// No longer accepted (replaced by `longrope`); kept so the error can say so.
     pub(super) factors: Option<Vec<f64>>,
     pub(super) yarn: Option<RawYarn>,
+    pub(super) longrope: Option<RawLongRope>,
 }
 
 #[derive(Deserialize)]
@@ -86,4 +89,17 @@ pub(super) struct RawYarn {
     pub(super) original_max_position: Option<u64>,
     pub(super) beta_fast: Option<f64>,
     pub(super) beta_slow: Option<f64>,
+    pub(super) mscale: Option<f64>,
+    pub(super) mscale_all_dim: Option<f64>,
+    pub(super) attention_factor: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLongRope {
+    pub(super) original_max_position: Option<u64>,
+    pub(super) max_position: Option<u64>,
+    pub(super) short_factors: Option<Vec<f64>>,
+    pub(super) long_factors: Option<Vec<f64>>,
+    pub(super) attention_factor: Option<f64>,
 }
