@@ -12,11 +12,10 @@
 //! A "put" is: seal the block (hash its bytes into a verified block), install it on the
 //! putting side, make one copy; "copy" is the last step alone. Neither has HTTP nor the
 //! directory claim (a Raft commit the node runs beside the copies, the same either way). Push
-//! and pull alternate, block after block, each on a fresh block. Last lines:
+//! and pull alternate (push, pull, pull, push, …), each put on a fresh block. Last lines:
 //! `ratio push_copy_over_pull_p50` and `ratio push_put_over_pull_p50` (below 1: push is
 //! faster).
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -130,8 +129,8 @@ fn p(v: &[f64], q: f64) -> f64 {
 /// Runs the benchmark.
 pub(crate) fn run(a: ReplicationArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.ops > 0, "--ops: expected at least 1, found 0");
-    let dir = PathBuf::from(std::env::temp_dir())
-        .join(format!("kvfabric-bench-replication-{}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("kvfabric-bench-replication-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -173,7 +172,7 @@ async fn bench(a: &ReplicationArgs, dir: &std::path::Path) -> anyhow::Result<()>
     let b = b_side.local_peer();
     let body = payload(&g, 1);
     println!(
-        "kvfabric bench replication: {} puts each way of {} bytes, one copy each, QUIC on loopback, push and pull alternating",
+        "kvfabric bench replication: {} puts each way of {} bytes, one copy each, QUIC on loopback, push and pull alternating (ABBA)",
         a.ops,
         body.len()
     );
@@ -181,7 +180,8 @@ async fn bench(a: &ReplicationArgs, dir: &std::path::Path) -> anyhow::Result<()>
     let mut lat = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
     let warmup = 5;
     for i in 0..(a.ops + warmup) * 2 {
-        let pull = i % 2 == 1;
+        // push, pull, pull, push, …: neither way always follows the other.
+        let pull = (i % 4 == 1) || (i % 4 == 2);
         let t = Instant::now();
         let block = seal(ns, &g, &body, i);
         let id = block.id();
