@@ -1,5 +1,6 @@
 //! The kvfabric side: a 3-node cluster of `kvfabric node` processes started with `cluster up`
-//! (each a directory member with its own store, Raft over QUIC mTLS between them), driven
+//! (each a directory member with its own store, Raft over QUIC mTLS between them, with etcd's
+//! default Raft timing: [`RAFT_TIMING`]), driven
 //! through each node's HTTP API like any client: registrations with
 //! `POST /v1/operator/claims` (one record per request, then batches), lookups with
 //! `POST /v1/lookup` at both consistencies. Client `c` talks to node `c % 3` (followers
@@ -18,6 +19,15 @@ use crate::DirectoryArgs;
 use kvfabric_tools::cluster::{layout, procs};
 use kvfabric_tools::demo;
 
+/// Raft timing of the bench's nodes: etcd's defaults (heartbeat 100 ms, election timeout
+/// 1000 ms, which etcd draws up to twice), the same as the etcd side runs with. The node's own
+/// failover timing (elections after 200–350 ms) changed leaders a dozen times in a minute when
+/// other builds held the two cores, and a claim fails once its batcher finds no leader.
+const RAFT_TIMING: [&str; 3] = [
+    "heartbeat_interval_ms=100",
+    "election_timeout_min_ms=1000",
+    "election_timeout_max_ms=2000",
+];
 /// Nodes (directory members) started.
 const NODES: u64 = 3;
 /// Longest one HTTP call may take.
@@ -32,6 +42,9 @@ pub(super) fn run(a: &DirectoryArgs, work: &Path) -> anyhow::Result<Side> {
         .batch_delay_ms
         .map(|ms| format!("batch_delay_ms_max={ms}"));
     let mut up = vec!["--nodes", "3", "--timeout-s", "120"];
+    for timing in RAFT_TIMING {
+        up.extend(["--cluster-set", timing]);
+    }
     if let Some(d) = &delay {
         up.extend(["--cluster-set", d.as_str()]);
     }
