@@ -172,6 +172,18 @@ impl Cluster {
         )
     }
 
+    /// POST JSON to `path` on node `id` with the operator token; `None` if it did not answer.
+    pub fn operator_post(&self, id: u64, path: &str, body: &serde_json::Value) -> Option<Reply> {
+        let auth = format!("Bearer {}", self.operator_token());
+        Self::reply(
+            self.agent
+                .post(format!("{}{path}", self.api(id)))
+                .header("authorization", &auth)
+                .header("content-type", "application/json")
+                .send(serde_json::to_vec(body).unwrap().as_slice()),
+        )
+    }
+
     /// PUT `body` to `path` on node `id` with `headers`.
     pub fn put(&self, id: u64, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Option<Reply> {
         let mut req = self.agent.put(format!("{}{path}", self.api(id)));
