@@ -221,3 +221,28 @@ fn a_route_refused_for_valid_input_is_a_bad_route() {
     assert_eq!(c.routes_checked, 3);
     assert_eq!(c.by_kind().get("bad_route"), Some(&1), "{:?}", c.violations);
 }
+
+#[test]
+fn availability_shortfalls_are_violations_unless_only_reported() {
+    // A kill during which the one put to a node it spared (n2) got no answer.
+    let mut put = put_ok();
+    put.node = 2;
+    put.invoke_ms = 35.0;
+    put.complete_ms = 3_035.0;
+    put.outcome = Outcome::NoAnswer {
+        error: "timeout".into(),
+    };
+    let h = Recorded {
+        ops: vec![put_ok(), put],
+        faults: vec![fault(FaultKind::Kill, 1, &[])],
+    };
+    let judged = check(&h, &end(vec![1, 2]));
+    assert!(judged.by_kind().get("unavailable").copied().unwrap_or(0) >= 1);
+    let reported = check_with(&h, &end(vec![1, 2]), false);
+    assert_eq!(reported.by_kind().get("unavailable"), None);
+    assert!(!reported.availability_judged);
+    assert_eq!(
+        reported.availability, judged.availability,
+        "the same table either way"
+    );
+}

@@ -255,7 +255,8 @@ impl Report {
                 let verdict = match (k.judged, w.put.meets() && w.get.meets()) {
                     (false, _) => "reported",
                     (true, true) => "met",
-                    (true, false) => "BELOW",
+                    (true, false) if c.availability_judged => "BELOW",
+                    (true, false) => "below (not judged: --availability report)",
                 };
                 let _ = writeln!(
                     t,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use kvfabric_progress::{Progress, Unit};
 
-use crate::checker::{check, FinalState};
+use crate::checker::{check_with, FinalState};
 use crate::client::Client;
 use crate::client::Outcome;
 use crate::history::{Fault, FaultKind, Recorder, Request};
@@ -31,6 +31,8 @@ use std::sync::Arc;
 pub struct RunConfig {
     /// The `kvfabric` binary.
     pub bin: PathBuf,
+    /// Whether availability shortfalls are violations (else only reported).
+    pub judge_availability: bool,
     /// Seed of every random choice.
     pub seed: u64,
     /// How long faults are injected.
@@ -293,7 +295,7 @@ fn drive(
     workload.stop();
     let history = rec.snapshot();
     let end = settle(&history, &client, apis, healed_at, cfg.converge_bound);
-    let checked = check(&history, &end);
+    let checked = check_with(&history, &end, cfg.judge_availability);
     let mut report = Report::new(cfg, &history, &end, checked, net, dir);
     report.ran_s = ran_s;
     if !report.passed() || cfg.keep {
@@ -462,7 +464,7 @@ mod tests {
         assert!(end.interrupted);
         assert_eq!(end.converged_s, None);
         assert!(end.holders.is_empty() && end.mapped.is_empty());
-        let checked = check(&h, &end);
+        let checked = crate::checker::check(&h, &end);
         assert!(checked.violations.is_empty(), "{:?}", checked.violations);
     }
 }

@@ -60,6 +60,10 @@ struct Args {
     /// How long each fault is held, ms (min,max).
     #[arg(long, value_delimiter = ',', default_values_t = [2000u64, 5000])]
     hold_ms: Vec<u64>,
+    /// Availability shortfalls: `judge` (violations, the default) or `report` (printed, not
+    /// violations: for runs too short to hold enough operations per fault kind).
+    #[arg(long, default_value = "judge", value_parser = ["judge", "report"])]
+    availability: String,
     /// Bound on convergence after healing, seconds.
     #[arg(long, default_value_t = 60)]
     converge_s: u64,
@@ -144,6 +148,7 @@ fn main() {
     });
     let cfg = RunConfig {
         bin,
+        judge_availability: a.availability == "judge",
         seed: a.seed,
         duration: dur,
         nodes: a.nodes,

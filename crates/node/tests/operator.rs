@@ -175,9 +175,20 @@ fn the_overview_of_a_cluster_shows_every_member_with_counters_and_fetches() {
     let g = builtin("deepseek-v2-lite");
     let cluster = cluster_harness::kvfabric().cluster(3);
     cluster.agreed_leader(&[1, 2, 3]);
-    let r = cluster.put_block(1, &g, &payload(&g, 77), &[]);
-    assert_eq!(r.status, 201, "{}", r.text());
-    let id = r.json()["block"].as_str().unwrap().to_owned();
+    // A push hedged on a loaded machine may copy the block to every member (docs/API.md,
+    // "Hedging"): then none would fetch it, so another block is put.
+    let mut puts = 0;
+    let id = (77..82u64)
+        .find_map(|seed| {
+            puts += 1;
+            let r = cluster.put_block(1, &g, &payload(&g, seed), &[]);
+            assert_eq!(r.status, 201, "{}", r.text());
+            let id = r.json()["block"].as_str().unwrap().to_owned();
+            // A hedged push still in flight lands within its attempt bound (2 s).
+            std::thread::sleep(std::time::Duration::from_millis(2_500));
+            (2..=3).any(|n| !cluster.holds(n, &id)).then_some(id)
+        })
+        .expect("a put left a member without a copy within 5 tries");
     for n in 2..=3 {
         assert_eq!(
             cluster.get(n, &format!("/v1/blocks/{id}")).unwrap().status,
@@ -200,7 +211,7 @@ fn the_overview_of_a_cluster_shows_every_member_with_counters_and_fetches() {
             .unwrap_or_else(|| panic!("{id} in {v}"))["stats"]
             .clone()
     };
-    assert_eq!(stats("n1")["puts_new"], 1, "{v}");
+    assert_eq!(stats("n1")["puts_new"], puts, "{v}");
     let fetched: u64 = ["n2", "n3"]
         .iter()
         .map(|n| stats(n)["fetches_ok"].as_u64().unwrap())
@@ -210,7 +221,10 @@ fn the_overview_of_a_cluster_shows_every_member_with_counters_and_fetches() {
         .iter()
         .map(|n| stats(n)["held_blocks"].as_u64().unwrap())
         .sum();
-    assert_eq!(held, 3, "two copies plus the reader's: {v}");
+    assert!(
+        held >= 3 && (puts > 1 || held == 3),
+        "two copies plus the reader's (more after a retried put): {v}"
+    );
     assert!(v["members"]
         .as_array()
         .unwrap()
