@@ -82,6 +82,7 @@ impl ControlServer {
                 );
                 local
                     .install(&block)
+                    .await
                     .map_err(|e| ("store", e.to_string()))?
             }
         };

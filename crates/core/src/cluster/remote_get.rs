@@ -86,7 +86,7 @@ impl Cluster {
         let source = owners.get(f.owner_index).map(|(_, n)| *n)?;
         self.bandwidth
             .record(source, f.block.bytes().len() as u64, elapsed);
-        let tier = match self.local.install(&f.block) {
+        let tier = match self.local.install(&f.block).await {
             Ok(t) => t,
             Err(e) => {
                 tracing::warn!(block = %id, error = %e, "installing a fetched block failed");

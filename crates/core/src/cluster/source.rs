@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use kvfabric_store::{BlockId, NamespaceKey};
 use kvfabric_transport::source::SourceFuture;
 use kvfabric_transport::{BlockSource, SourceLookup};
@@ -28,8 +27,9 @@ impl StoreSource {
 impl BlockSource for StoreSource {
     fn lookup(&self, namespace: NamespaceKey, id: BlockId) -> SourceFuture<'_> {
         Box::pin(async move {
-            match self.local.get(&[namespace], &id) {
-                Ok(Some((block, _tier))) => SourceLookup::Found(Bytes::from(block.into_bytes())),
+            match self.local.read(&[namespace], &id) {
+                // A host block is streamed from its place in the arena, pinned until sent.
+                Ok(Some(r)) => SourceLookup::Found(r.bytes),
                 Ok(None) => SourceLookup::NotFound,
                 Err(e) => {
                     tracing::warn!(%id, error = %e, "serving a block to a peer failed");
