@@ -86,7 +86,8 @@ impl Cluster {
         let source = owners.get(f.owner_index).map(|(_, n)| *n)?;
         self.bandwidth
             .record(source, f.block.bytes().len() as u64, elapsed);
-        let tier = match self.local.install(&f.block).await {
+        let engine = crate::events::poll::peer_engine(self, source, f.block.namespace(), id).await;
+        let tier = match self.local.install_with(&f.block, engine).await {
             Ok(t) => t,
             Err(e) => {
                 tracing::warn!(block = %id, error = %e, "installing a fetched block failed");

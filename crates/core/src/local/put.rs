@@ -7,14 +7,16 @@
 //! sealed; dropping it unsealed (a bad body, a timeout, a client that went away mid-body and
 //! took the request future with it) cancels the reservation, so arena room is never leaked.
 
+use std::sync::Arc;
+
 use kvfabric_store::{
-    BlockId, ByteCount, Dedup, Filling, ModelGeometry, NamespaceKey, Prepared, PutForm,
-    Reservation, SealStep, Sealed as StoreSealed, StoreError, Tier, VerifiedBlock,
+    BlockHeader, BlockId, ByteCount, Dedup, Filling, ModelGeometry, NamespaceKey, Prepared,
+    PutForm, Reservation, SealStep, Sealed as StoreSealed, StoreError, Tier, VerifiedBlock,
 };
 
 use super::room::Want;
 use super::{block_in_place, Local, LocalError, LocalNode};
-use crate::events::EventKind;
+use crate::events::{BlockInfo, EngineBlock, EventKind};
 use crate::ids::ChunkKey;
 
 /// Why a put's body was refused.
@@ -101,11 +103,12 @@ impl<'a> PutSession<'a> {
 
     /// Seals the filled reservation, holds the block (one reference per slot, the spare one
     /// of a dedup onto a held slot given back) and records each of `chunk_keys` (a prefix key,
-    /// a position-independent key) for it.
+    /// a position-independent key) for it, and `info` for its events (when it was not held
+    /// already).
     pub(crate) fn seal(
         mut self,
-        geometry: &ModelGeometry,
         chunk_keys: &[ChunkKey],
+        info: BlockInfo,
     ) -> Result<Sealed, PutError> {
         let f = self.filling.take().expect("a session is sealed once");
         let (expected, written) = (f.expected(), f.written());
@@ -122,10 +125,9 @@ impl<'a> PutSession<'a> {
                 });
             }
         };
-        let tokens = geometry.block_tokens();
         let sealed = self
             .node
-            .seal_prepared(prepared, |l, s, ns| l.adopt(s, ns, chunk_keys, tokens))?;
+            .seal_prepared(prepared, |l, s, ns| l.adopt(s, ns, chunk_keys, info))?;
         Ok(sealed)
     }
 }
@@ -191,10 +193,29 @@ impl LocalNode {
     /// is placed there by the store (under the lock); otherwise it is copied into a host
     /// reservation outside the lock.
     pub async fn install(&self, block: &VerifiedBlock) -> Result<Tier, LocalError> {
+        self.install_with(block, None).await
+    }
+
+    /// [`LocalNode::install`] with the engine identity the peer had for it (checked against
+    /// the block's token count; one that does not fit is dropped): its `Stored` event carries
+    /// the block's token count (from its header) and that identity.
+    pub async fn install_with(
+        &self,
+        block: &VerifiedBlock,
+        engine: Option<Arc<EngineBlock>>,
+    ) -> Result<Tier, LocalError> {
+        let tokens = BlockHeader::decode(block.bytes()).map_or(0, |h| h.tokens);
+        let mut info = BlockInfo {
+            block_tokens: tokens,
+            engine,
+        };
+        if info.check().is_err() {
+            info.engine = None;
+        }
         if self.with(|l| Ok(l.store.tiers()[0] == Tier::Gpu))? {
             return self.with_io(|l| {
                 let s = l.store.install(block)?;
-                l.adopt_install(s, block.namespace())
+                l.adopt_install(s, block.namespace(), info)
             });
         }
         let len = ByteCount(block.bytes().len() as u64);
@@ -206,7 +227,7 @@ impl LocalNode {
                 return Err(u.error.into());
             }
         };
-        self.seal_prepared(prepared, |l, s, ns| l.adopt_install(s, ns))
+        self.seal_prepared(prepared, |l, s, ns| l.adopt_install(s, ns, info))
     }
 }
 
@@ -217,7 +238,7 @@ impl Local {
         s: StoreSealed,
         ns: NamespaceKey,
         chunk_keys: &[ChunkKey],
-        block_tokens: u32,
+        info: BlockInfo,
     ) -> Result<Sealed, LocalError> {
         let tier = self.store.handle(s.slot)?.tier;
         let newly = !self.held.contains(&ns, &s.id);
@@ -237,12 +258,13 @@ impl Local {
             }
         }
         if newly {
+            self.set_info(ns, s.id, info);
             self.emit(EventKind::Stored {
                 namespace: ns,
                 tier,
                 ids: vec![s.id],
                 chunk_key: chunk_keys.first().copied(),
-                block_tokens,
+                info: self.info_of(&ns, &s.id),
             });
         }
         Ok(Sealed {
@@ -255,19 +277,25 @@ impl Local {
     }
 
     /// Holds an installed block; publishes it if new here.
-    fn adopt_install(&mut self, s: StoreSealed, ns: NamespaceKey) -> Result<Tier, LocalError> {
+    fn adopt_install(
+        &mut self,
+        s: StoreSealed,
+        ns: NamespaceKey,
+        info: BlockInfo,
+    ) -> Result<Tier, LocalError> {
         let tier = self.store.handle(s.slot)?.tier;
         let newly = !self.held.contains(&ns, &s.id);
         if !self.held.insert(ns, s.id, s.slot) {
             self.store.release(s.slot)?;
         }
         if newly {
+            self.set_info(ns, s.id, info);
             self.emit(EventKind::Stored {
                 namespace: ns,
                 tier,
                 ids: vec![s.id],
                 chunk_key: None,
-                block_tokens: 0,
+                info: self.info_of(&ns, &s.id),
             });
         }
         Ok(tier)

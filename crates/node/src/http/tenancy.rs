@@ -119,6 +119,11 @@ impl Caller<'_> {
         }
     }
 
+    /// The token's own namespace (what it writes; events show token ids of its blocks only).
+    pub(crate) fn own(&self) -> NamespaceKey {
+        self.tenancy.namespaces[self.own].key
+    }
+
     /// The namespace a put or delete goes to: the token's own.
     pub(crate) fn write(&self, headers: &HeaderMap) -> Result<NamespaceKey, ApiError> {
         let own = &self.tenancy.namespaces[self.own];

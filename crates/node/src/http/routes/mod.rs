@@ -11,7 +11,7 @@
 //! | `POST /v1/arenas`, `GET`/`DELETE /v1/arenas/{id}`, `POST /v1/arenas/{id}/tokens`, `POST /v1/arenas/{id}/layers/{layer}/rows`, `GET .../window`, `POST .../drain` | per-request arenas of hybrid models (see [`arenas`]) | 400, 401, 403, 404, 409, 413, 507 |
 //! | `GET /v1/models` | 200 presets | 401 |
 //! | `GET /v1/cluster` | 200 members | 401 |
-//! | `GET /v1/events` (`?since=SEQ`, `Last-Event-ID`) | 200 `text/event-stream` | 400, 401, 403, 410 `replay_gap`, 503 `too_many_subscribers` |
+//! | `GET /v1/events` (`?since=SEQ`, `?scope=node\|cluster`, `Last-Event-ID`) | 200 `text/event-stream` | 400, 401, 403, 410 `replay_gap`, 503 `too_many_subscribers` |
 //! | `GET /metrics` | 200 OpenMetrics text | |
 //! | `GET /healthz` | 200 while the process serves | |
 //! | `GET /readyz` | 200 once the store is open | 503 `not_ready` |
@@ -33,6 +33,7 @@
 mod arenas;
 mod blocks;
 mod events;
+mod events_render;
 mod info;
 mod lookup;
 mod put;
