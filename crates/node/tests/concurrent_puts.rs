@@ -6,9 +6,9 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{payload, tiny, Options, TestNode, TOKEN_A};
+use common::{eventually, payload, tiny, Options, TestNode, TOKEN_A};
 
 /// Bytes of one stored tiny block (header and payload).
 fn block_bytes() -> u64 {
@@ -48,15 +48,6 @@ fn finish_put(mut s: TcpStream, body: &[u8]) -> String {
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out.lines().next().unwrap_or_default().to_string()
-}
-
-/// Polls `f` until it holds (bounded; nothing here asserts on timing).
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !f() {
-        assert!(Instant::now() < deadline, "never: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]
