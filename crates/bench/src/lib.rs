@@ -14,12 +14,15 @@
 //! each with its own QUIC Raft endpoint, certificate and store (WAL + redb); registrations go through
 //! the [`kvfabric_directory::Batcher`], the production write path.
 //!
+//! `kvfabric bench node` ([`node`]): PUT and GET through a node's HTTP API against a minimal
+//! HTTP server on the same stack.
 //! `kvfabric bench reuse` ([`reuse`]): routing policies compared through `kvfabric router`.
 //! `kvfabric bench store` ([`store`]) and `kvfabric bench transport` ([`transport`]): the
 //! store and transport crates' benchmarks, the same code as their cargo bench targets.
 
 mod etcd;
 mod kvf;
+mod node;
 mod report;
 mod reuse;
 mod reuse_report;
@@ -42,6 +45,12 @@ pub struct BenchArgs {
 enum BenchCommand {
     /// Directory registrations and lookups, kvfabric against etcd.
     Directory(DirectoryArgs),
+    /// PUT and GET through a node's HTTP API (standalone, and a 3-node cluster with
+    /// replication 2) against a minimal HTTP server on the same stack.
+    Node(node::NodeBenchArgs),
+    /// The baseline server of `bench node` (started by it; serves until stopped).
+    #[command(hide = true)]
+    NodeBaseline(node::BaselineArgs),
     /// The multi-agent workload through `kvfabric router`: round-robin vs prefix-only vs
     /// kvfabric scoring on a 3-node cluster.
     Reuse(reuse::ReuseArgs),
@@ -83,6 +92,8 @@ pub(crate) struct DirectoryArgs {
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     match a.which {
         BenchCommand::Directory(d) => run_directory(d),
+        BenchCommand::Node(n) => node::run(n),
+        BenchCommand::NodeBaseline(b) => node::run_baseline(b),
         BenchCommand::Reuse(r) => reuse::run(r),
         BenchCommand::Store(s) => store::run(s),
         BenchCommand::Transport(t) => transport::run(t),
