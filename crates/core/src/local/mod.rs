@@ -128,6 +128,8 @@ pub struct LocalNode {
     room: tokio::sync::Notify,
     /// Bound on a put's wait for host room held by work in flight.
     reserve_wait_ms_max: u64,
+    /// Reads answered not found (no copy here, none fetched from a peer).
+    not_found: std::sync::atomic::AtomicU64,
 }
 
 impl LocalNode {
@@ -201,6 +203,7 @@ impl LocalNode {
                 inner: Mutex::new(local),
                 room: tokio::sync::Notify::new(),
                 reserve_wait_ms_max: RESERVE_WAIT_MS_DEFAULT,
+                not_found: Default::default(),
             },
             recovery,
         ))
@@ -210,6 +213,17 @@ impl LocalNode {
     /// reservations, pinned reads, demotions) before it is refused as full.
     pub fn set_reserve_wait_ms_max(&mut self, ms: u64) {
         self.reserve_wait_ms_max = ms;
+    }
+
+    /// Counts a read answered not found.
+    pub(crate) fn count_not_found(&self) {
+        self.not_found
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Reads answered not found since the node started (no copy here, none fetched).
+    pub fn reads_not_found(&self) -> u64 {
+        self.not_found.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, Local>, LocalError> {

@@ -49,6 +49,8 @@
 //! host_read_gbps = 80
 //! disk_read_gbps = 16
 //!
+//! [operator]                        # optional: who sees the dashboard, changes membership
+//! token = "…"                       # (operator.rs)
 //! [arenas]                          # optional: per-request arenas of hybrid models (arenas.rs)
 //! arenas_max = 64                   # live at once
 //! bytes_max = "1 GiB"               # held by all of them together
@@ -67,6 +69,7 @@ mod arenas;
 mod bytes;
 mod cluster;
 pub(crate) mod events;
+mod operator;
 mod raw;
 mod route;
 mod validate;
@@ -83,6 +86,7 @@ use kvfabric_core::NodeId;
 
 pub(crate) use events::EventsConfig;
 pub(crate) use kvfabric_core::config::{ClusterConfig, RouteConfig};
+pub(crate) use operator::OperatorToken;
 
 /// Largest config file read, in bytes.
 pub(crate) const CONFIG_FILE_BYTES_MAX: u64 = 1 << 20;
@@ -114,6 +118,8 @@ pub(crate) struct NodeConfig {
     pub(crate) events: EventsConfig,
     /// The cost model of `POST /v1/route`.
     pub(crate) route: RouteConfig,
+    /// The operator's token (`[operator]`), if any.
+    pub(crate) operator: Option<OperatorToken>,
     /// Bounds of the per-request arenas (`[arenas]`).
     pub(crate) arenas: ArenaLimits,
 }

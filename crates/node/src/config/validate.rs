@@ -126,6 +126,7 @@ impl Check<'_> {
             Some(c) => Some(self.cluster(node_id, c)?),
         };
         let events = self.events(node_id, raw.events)?;
+        let operator = super::operator::check(self, raw.operator, &tenants)?;
         let config = NodeConfig {
             file: self.file.to_owned(),
             node_id,
@@ -144,6 +145,7 @@ impl Check<'_> {
             cluster,
             events,
             route,
+            operator,
             arenas,
         };
         Ok(Loaded { config, catalog })

@@ -2,7 +2,10 @@
 //! a bounded wait for their readiness with progress, and each node's API address.
 //!
 //! Refuses a directory whose nodes are still running. On any failure it stops the nodes it
-//! started and names the node and the tail of its log.
+//! started and names the node and the tail of its log. Ports are chosen free and released
+//! before the nodes bind them, so another process can take one in between: a node that
+//! exits because its port is in use makes `up` pick new ports and start again (up to
+//! [`PORT_ATTEMPTS`] times), when the nodes' data directories are its own from this run.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -10,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
+
+use kvfabric_progress::{Progress, Unit};
 
 use super::{down, layout, procs, DIR_DEFAULT};
 
@@ -21,6 +26,10 @@ const LOG_TAIL_LINES: usize = 5;
 const POLL_MS: u64 = 250;
 /// Bound on one readiness request.
 const PROBE_TIMEOUT_MS: u64 = 1_000;
+/// Starts with freshly chosen ports before `up` gives up on ports taken by others.
+pub const PORT_ATTEMPTS: u32 = 3;
+/// What the OS says of a port another socket holds (`EADDRINUSE`), as a node logs it.
+const ADDR_IN_USE: [&str; 2] = ["Address already in use", "os error 98"];
 
 /// Arguments of `kvfabric cluster up`.
 #[derive(Debug, Args)]
@@ -60,7 +69,7 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
         .dir
         .canonicalize()
         .with_context(|| format!("resolving {}", a.dir.display()))?;
-    for id in 1..=u64::from(NODES_MAX) {
+    for id in 1..=u64::from(NODES_MAX) * 4 {
         if let Some(pid) = procs::read_pid(&layout::pid_path(&dir, id))? {
             if procs::is_node(pid, &layout::config_path(&dir, id)) {
                 anyhow::bail!(
@@ -73,21 +82,77 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
     }
     kvfabric_transport::generate_cluster(&dir.join("certs"), a.nodes)
         .context("generating certificates")?;
-    let nodes = layout::plan(a.nodes)?;
+    let token = layout::new_operator_token()?;
+    layout::write_operator_token(&dir, &token)?;
+    // Data directories that exist already hold a cluster's data: never wiped for a retry.
+    let fresh = (1..=u64::from(a.nodes)).all(|id| !layout::data_path(&dir, id).exists());
+    let mut attempt = 1;
+    let nodes = loop {
+        let nodes = layout::plan(a.nodes)?;
+        match start(&a, &dir, &nodes, &token) {
+            Ok(()) => break nodes,
+            Err(e) => {
+                let _ = down::stop_all(&dir, Duration::from_secs(5));
+                let in_use = nodes.iter().any(|n| port_taken(&log_tail(&dir, n.id)));
+                if !(fresh && in_use && attempt < PORT_ATTEMPTS) {
+                    return Err(e);
+                }
+                eprintln!("a port was taken before its node bound it ({e:#}); new ports, attempt {} of {PORT_ATTEMPTS}", attempt + 1);
+                for n in &nodes {
+                    let data = layout::data_path(&dir, n.id);
+                    std::fs::remove_dir_all(&data)
+                        .or_else(|e| {
+                            if e.kind() == std::io::ErrorKind::NotFound {
+                                Ok(())
+                            } else {
+                                Err(e)
+                            }
+                        })
+                        .with_context(|| format!("removing {} for a new start", data.display()))?;
+                }
+                attempt += 1;
+            }
+        }
+    };
     for n in &nodes {
-        let path = layout::config_path(&dir, n.id);
+        println!("n{} {}", n.id, n.api());
+    }
+    if let Some(n) = nodes.first() {
+        println!(
+            "dashboard {}/dashboard#token={token} (the operator token is in {})",
+            n.api(),
+            layout::operator_token_path(&dir).display()
+        );
+    }
+    println!(
+        "ready; stop with `kvfabric cluster down --dir {}`",
+        dir.display()
+    );
+    Ok(())
+}
+
+/// Whether a node's log says it could not bind a port another socket holds.
+pub fn port_taken(log: &str) -> bool {
+    ADDR_IN_USE.iter().any(|m| log.contains(m))
+}
+
+/// Writes each node's config for `nodes`, starts them and waits until all are ready.
+fn start(a: &UpArgs, dir: &Path, nodes: &[layout::NodeLayout], token: &str) -> anyhow::Result<()> {
+    for n in nodes {
+        let path = layout::config_path(dir, n.id);
         std::fs::write(
             &path,
             layout::config(
-                &dir,
+                dir,
                 n,
-                &nodes,
+                nodes,
                 a.replication,
                 &a.host_bytes,
                 &layout::ExtraKeys {
                     cluster: a.cluster_set.clone(),
                     events: a.events_set.clone(),
                 },
+                token,
             )
             .to_toml(&format!(
                 "Written by `kvfabric cluster up`; node {} of {}.",
@@ -99,37 +164,15 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
     }
     println!("starting {} nodes in {}", nodes.len(), dir.display());
     let mut children = Vec::new();
-    for n in &nodes {
-        match spawn(&dir, n.id) {
-            Ok(c) => children.push((n.id, c)),
-            Err(e) => {
-                let _ = down::stop_all(&dir, Duration::from_secs(5));
-                return Err(e);
-            }
-        }
+    for n in nodes {
+        children.push((n.id, spawn(dir, n.id)?));
     }
-    if let Err(e) = wait_ready(
-        &dir,
-        &nodes,
-        &mut children,
-        Duration::from_secs(a.timeout_s),
-    ) {
-        let _ = down::stop_all(&dir, Duration::from_secs(5));
-        return Err(e);
-    }
-    for n in &nodes {
-        println!("n{} {}", n.id, n.api());
-    }
-    println!(
-        "ready; stop with `kvfabric cluster down --dir {}`",
-        dir.display()
-    );
-    Ok(())
+    wait_ready(dir, nodes, &mut children, Duration::from_secs(a.timeout_s))
 }
 
 /// Starts node `id` in its own process group (so a Ctrl-C of `up` does not reach it), with
 /// its output in its log file, and writes its pid file.
-fn spawn(dir: &Path, id: u64) -> anyhow::Result<Child> {
+pub(super) fn spawn(dir: &Path, id: u64) -> anyhow::Result<Child> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("locating the kvfabric binary")?;
     let log_path = layout::log_path(dir, id);
@@ -179,6 +222,16 @@ fn wait_ready(
         .into();
     let start = Instant::now();
     let mut ready = vec![false; nodes.len()];
+    let bar = Progress::new("cluster up", nodes.len() as u64, Unit::Items("nodes ready"));
+    let waiting = |ready: &[bool]| -> Vec<String> {
+        nodes
+            .iter()
+            .zip(ready)
+            .filter(|(_, r)| !**r)
+            .map(|(n, _)| format!("n{}", n.id))
+            .collect()
+    };
+    bar.message(format!("waiting for {}", waiting(&ready).join(", ")));
     loop {
         for (i, n) in nodes.iter().enumerate() {
             if ready[i] {
@@ -195,30 +248,30 @@ fn wait_ready(
             }
             if probe(&agent, &n.api()) {
                 ready[i] = true;
-                println!(
-                    "n{} ready at {} ({} of {}, {:.1} s)",
-                    n.id,
-                    n.api(),
-                    ready.iter().filter(|r| **r).count(),
-                    nodes.len(),
-                    start.elapsed().as_secs_f64()
-                );
+                bar.inc(1);
+                bar.message(format!("waiting for {}", waiting(&ready).join(", ")));
+                // The result lines stay on standard output (scripts read them).
+                bar.suspend(|| {
+                    println!(
+                        "n{} ready at {} ({} of {}, {:.1} s)",
+                        n.id,
+                        n.api(),
+                        ready.iter().filter(|r| **r).count(),
+                        nodes.len(),
+                        start.elapsed().as_secs_f64()
+                    )
+                });
             }
         }
         if ready.iter().all(|r| *r) {
+            bar.finish();
             return Ok(());
         }
         if start.elapsed() >= limit {
-            let waiting: Vec<_> = nodes
-                .iter()
-                .zip(&ready)
-                .filter(|(_, r)| !**r)
-                .map(|(n, _)| format!("n{}", n.id))
-                .collect();
             anyhow::bail!(
                 "not ready within {} s: {}",
                 limit.as_secs(),
-                waiting.join(", ")
+                waiting(&ready).join(", ")
             );
         }
         std::thread::sleep(Duration::from_millis(POLL_MS));
