@@ -1,5 +1,6 @@
 //! `kvfabric bench node` with tiny counts: the table has a row per server and client count,
-//! the ratio lines come last and parse, and no node process is left when it returns.
+//! the ratio lines come last and parse, `--plot` writes a PNG, and no node process is left
+//! when it returns.
 
 use std::process::Command;
 
@@ -21,6 +22,8 @@ fn bench_node_prints_every_row_and_its_ratio_lines_and_stops_its_nodes() {
         .arg("--dir")
         .arg(&work)
         .arg("--keep")
+        .arg("--plot")
+        .arg(dir.path().join("node.png"))
         .output()
         .expect("running kvfabric");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -64,6 +67,8 @@ fn bench_node_prints_every_row_and_its_ratio_lines_and_stops_its_nodes() {
             .unwrap();
         assert!(v.is_finite() && v > 0.0, "{line}");
     }
+    let png = std::fs::read(dir.path().join("node.png")).expect("the plot is written");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     // Every node it started is gone: nothing runs with one of its configs.
     let configs: Vec<String> = [
         "standalone/node.toml",

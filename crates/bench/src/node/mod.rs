@@ -6,11 +6,13 @@
 //! second node) ([`launch`]). Rounds of every server and client count are interleaved, so
 //! load on the machine that changes during the run hits all of them; each figure is the
 //! median round. Prints a table ([`report`]) and, last, `ratio node_put_over_baseline` and
-//! `ratio node_get_over_baseline` (one client, standalone).
+//! `ratio node_get_over_baseline` (one client, standalone); `--plot FILE` draws the figures as
+//! a PNG ([`plot`]).
 
 mod baseline;
 mod launch;
 mod load;
+mod plot;
 mod report;
 
 use std::path::PathBuf;
@@ -64,6 +66,9 @@ pub(crate) struct NodeBenchArgs {
     /// Keep the working directory.
     #[arg(long)]
     keep: bool,
+    /// Also draw the figures (GB/s against clients, PUT and GET) as a PNG here.
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 /// Runs `kvfabric bench node`.
@@ -108,6 +113,14 @@ pub(crate) fn run(a: NodeBenchArgs) -> anyhow::Result<()> {
         println!("files kept in {}", dir.display());
     }
     let rows = result?;
+    if let Some(path) = &a.plot {
+        let title = format!(
+            "kvfabric bench node: {} blocks, {} per client, median of {} rounds, {cores} cores",
+            a.model, a.blocks, a.rounds
+        );
+        plot::write(path, &title, &rows)?;
+        println!("plot written to {}", path.display());
+    }
     print!("{}", report::render(&rows));
     Ok(())
 }
