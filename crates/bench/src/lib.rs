@@ -17,12 +17,17 @@
 //! `kvfabric bench node` ([`node`]): PUT and GET through a node's HTTP API against a minimal
 //! HTTP server on the same stack.
 //! `kvfabric bench reuse` ([`reuse`]): routing policies compared through `kvfabric router`.
+//! `kvfabric bench failover` ([`failover`]): put and get latency with one of three nodes
+//! SIGKILLed against all healthy.
+//! `kvfabric bench replication` ([`replication`]): a put's copy pushed against pulled.
 //! `kvfabric bench store` ([`store`]) and `kvfabric bench transport` ([`transport`]): the
 //! store and transport crates' benchmarks, the same code as their cargo bench targets.
 
 mod etcd;
+mod failover;
 mod kvf;
 mod node;
+mod replication;
 mod report;
 mod reuse;
 mod reuse_report;
@@ -51,6 +56,10 @@ enum BenchCommand {
     /// The baseline server of `bench node` (started by it; serves until stopped).
     #[command(hide = true)]
     NodeBaseline(node::BaselineArgs),
+    /// Put and get latency with one of three nodes SIGKILLed against all healthy.
+    Failover(failover::FailoverArgs),
+    /// A put's copy pushed (the fabric's way) against pulled (the way it replaced).
+    Replication(replication::ReplicationArgs),
     /// The multi-agent workload through `kvfabric router`: round-robin vs prefix-only vs
     /// kvfabric scoring on a 3-node cluster.
     Reuse(reuse::ReuseArgs),
@@ -94,7 +103,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Directory(d) => run_directory(d),
         BenchCommand::Node(n) => node::run(n),
         BenchCommand::NodeBaseline(b) => node::run_baseline(b),
+        BenchCommand::Replication(r) => replication::run(r),
         BenchCommand::Reuse(r) => reuse::run(r),
+        BenchCommand::Failover(f) => failover::run(f),
         BenchCommand::Store(s) => store::run(s),
         BenchCommand::Transport(t) => transport::run(t),
     }

@@ -105,7 +105,10 @@ impl Cluster {
                 return;
             }
             for c in copies {
-                let made = self.copy_to_peers(c.ns, c.id, c.need, &c.holders).await;
+                let made = self
+                    .copy_to_peers(c.ns, c.id, c.need, &c.holders)
+                    .await
+                    .len();
                 self.drainer
                     .copied
                     .fetch_add(made as u64, Ordering::Relaxed);

@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kvfabric_store::{BlockId, NamespaceKey, PinnedRead, ReadStep, StoreError, Tier};
+use kvfabric_store::{
+    BlockId, NamespaceKey, PinnedRead, ReadStep, StoreError, Tier, VerifiedBlock,
+};
 
 use super::{block_in_place, Local, LocalError, LocalNode};
 
@@ -33,20 +35,11 @@ impl AsRef<[u8]> for PinGuard {
 
 impl Drop for PinGuard {
     fn drop(&mut self) {
-        let Some(p) = self.pinned.take() else {
-            return;
-        };
         // A plain lock: unpinning is cheap, and a view may be dropped anywhere (a runtime
         // shutting down included), where `block_in_place` is not allowed.
-        match self.node.lock() {
-            Ok(mut l) => {
-                if let Err(e) = l.store.unpin_read(p) {
-                    tracing::error!(error = %e, "unpinning a served block failed");
-                }
-            }
-            Err(e) => tracing::error!(error = %e, "unpinning a served block failed"),
+        if let Some(p) = self.pinned.take() {
+            self.node.release_pin(p);
         }
-        self.node.room.notify_waiters();
     }
 }
 
@@ -87,12 +80,77 @@ impl LocalNode {
         }
     }
 
+    /// Reads `id` like [`LocalNode::read`], as a [`VerifiedBlock`] of its own (a host block's
+    /// bytes copied out of the arena, outside the lock; nothing hashed again): for a block
+    /// kept or sent apart from this node (a copy pushed to a peer).
+    pub fn get(
+        self: &Arc<Self>,
+        read: &[NamespaceKey],
+        id: &BlockId,
+    ) -> Result<Option<VerifiedBlock>, LocalError> {
+        self.read_with(
+            read,
+            id,
+            Which::First,
+            |node, pinned| {
+                let block = pinned.to_verified();
+                node.release_pin(pinned);
+                Ok(block)
+            },
+            |b, _| b,
+        )
+    }
+
+    /// Hands a pinned read back.
+    fn release_pin(&self, pinned: PinnedRead) {
+        match self.lock() {
+            Ok(mut l) => {
+                if let Err(e) = l.store.unpin_read(pinned) {
+                    tracing::error!(error = %e, "unpinning a read block failed");
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "unpinning a read block failed"),
+        }
+        self.room.notify_waiters();
+    }
+
     fn read_which(
         self: &Arc<Self>,
         read: &[NamespaceKey],
         id: &BlockId,
         which: Which,
     ) -> Result<Option<LocalRead>, LocalError> {
+        self.read_with(
+            read,
+            id,
+            which,
+            |node, pinned| {
+                let guard = PinGuard {
+                    pinned: Some(pinned),
+                    node: Arc::clone(node),
+                };
+                Ok(LocalRead {
+                    bytes: Bytes::from_owner(guard),
+                    tier: Tier::Host,
+                })
+            },
+            |block, tier| LocalRead {
+                bytes: Bytes::from(block.into_bytes()),
+                tier,
+            },
+        )
+    }
+
+    /// The read loop: `host` serves a pinned host block, `owned` a block read into a buffer
+    /// of its own (from disk, or from the GPU tier).
+    fn read_with<T>(
+        self: &Arc<Self>,
+        read: &[NamespaceKey],
+        id: &BlockId,
+        which: Which,
+        host: impl FnOnce(&Arc<Self>, PinnedRead) -> Result<T, LocalError>,
+        owned: impl FnOnce(VerifiedBlock, Tier) -> T,
+    ) -> Result<Option<T>, LocalError> {
         // Each pass that does not serve quarantines a slot, so this ends.
         loop {
             let step = self.with(|l| begin(l, read, id, which))?;
@@ -100,16 +158,7 @@ impl LocalNode {
                 return Ok(None);
             };
             match step {
-                ReadStep::Host(pinned) => {
-                    let guard = PinGuard {
-                        pinned: Some(pinned),
-                        node: Arc::clone(self),
-                    };
-                    return Ok(Some(LocalRead {
-                        bytes: Bytes::from_owner(guard),
-                        tier: Tier::Host,
-                    }));
-                }
+                ReadStep::Host(pinned) => return host(self, pinned).map(Some),
                 ReadStep::Disk(d) => {
                     let slot = d.slot();
                     let outcome = block_in_place(|| d.run());
@@ -124,10 +173,7 @@ impl LocalNode {
                     self.room.notify_waiters();
                     if let Some(block) = done? {
                         self.promote(slot, &block);
-                        return Ok(Some(LocalRead {
-                            bytes: Bytes::from(block.into_bytes()),
-                            tier: Tier::Disk,
-                        }));
+                        return Ok(Some(owned(block, Tier::Disk)));
                     }
                 }
                 ReadStep::InPlace(slot) => {
@@ -140,10 +186,7 @@ impl LocalNode {
                         Err(e) => Err(e.into()),
                     })?;
                     if let Some((block, tier)) = done {
-                        return Ok(Some(LocalRead {
-                            bytes: Bytes::from(block.into_bytes()),
-                            tier,
-                        }));
+                        return Ok(Some(owned(block, tier)));
                     }
                 }
             }

@@ -72,6 +72,7 @@ pub(crate) mod events;
 mod operator;
 mod raw;
 mod route;
+mod transport;
 mod validate;
 
 use std::net::SocketAddr;

@@ -48,6 +48,13 @@ impl PinnedRead {
         self.slot
     }
 
+    /// A copy of the block as a [`VerifiedBlock`] of its own (for a caller that keeps or sends
+    /// it apart from the arena): its bytes hashed to its id when it was sealed or installed,
+    /// and a sealed slot's bytes are never written, so nothing is hashed again.
+    pub fn to_verified(&self) -> VerifiedBlock {
+        VerifiedBlock::checked(self.id, self.namespace, self.bytes().to_vec())
+    }
+
     /// The block's id (its bytes hashed to it when sealed or installed).
     pub fn id(&self) -> BlockId {
         self.id

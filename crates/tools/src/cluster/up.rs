@@ -53,6 +53,10 @@ pub struct UpArgs {
     /// `lease_ms=3000`); repeatable. The nodes validate it like any config key.
     #[arg(long = "cluster-set", value_name = "KEY=VALUE", value_parser = layout::parse_cluster_set)]
     cluster_set: Vec<(String, String)>,
+    /// What carries blocks between the nodes: `quic` (the default) or `ucx` (a build with
+    /// `--features ucx`; UCX over TCP unless `UCX_TLS` says otherwise).
+    #[arg(long, value_parser = ["quic", "ucx"])]
+    transport: Option<String>,
     /// An `[events]` key for every node, as `KEY=VALUE` with a TOML value (e.g.
     /// `zmq_pub="tcp://127.0.0.1:0"`); repeatable. The nodes validate it like any config key.
     #[arg(long = "events-set", value_name = "KEY=VALUE", value_parser = layout::parse_cluster_set)]
@@ -151,6 +155,7 @@ fn start(a: &UpArgs, dir: &Path, nodes: &[layout::NodeLayout], token: &str) -> a
                 &layout::ExtraKeys {
                     cluster: a.cluster_set.clone(),
                     events: a.events_set.clone(),
+                    transport: a.transport.clone(),
                 },
                 token,
             )
