@@ -12,6 +12,8 @@
 //! then batches of [`report::BATCH_RECORDS`] (a batch claim; a `txn`); prints a table and,
 //! last, `ratio registrations_over_etcd_grpc` and `ratio batched_registrations_over_etcd_txn`.
 //!
+//! `kvfabric bench node` ([`node`]): PUT and GET through a node's HTTP API against a minimal
+//! HTTP server on the same stack.
 //! `kvfabric bench reuse` ([`reuse`]): routing policies compared through `kvfabric router`.
 //! `kvfabric bench failover` ([`failover`]): put and get latency with one of three nodes
 //! SIGKILLed against all healthy.
@@ -23,6 +25,7 @@ mod drive;
 mod etcd;
 mod failover;
 mod kvf;
+mod node;
 mod replication;
 mod report;
 mod reuse;
@@ -46,6 +49,12 @@ pub struct BenchArgs {
 enum BenchCommand {
     /// Directory registrations and lookups, kvfabric against etcd.
     Directory(DirectoryArgs),
+    /// PUT and GET through a node's HTTP API (standalone, and a 3-node cluster with
+    /// replication 2) against a minimal HTTP server on the same stack.
+    Node(node::NodeBenchArgs),
+    /// The baseline server of `bench node` (started by it; serves until stopped).
+    #[command(hide = true)]
+    NodeBaseline(node::BaselineArgs),
     /// Put and get latency with one of three nodes SIGKILLed against all healthy.
     Failover(failover::FailoverArgs),
     /// A put's copy pushed (the fabric's way) against pulled (the way it replaced).
@@ -92,6 +101,8 @@ pub(crate) struct DirectoryArgs {
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     match a.which {
         BenchCommand::Directory(d) => run_directory(d),
+        BenchCommand::Node(n) => node::run(n),
+        BenchCommand::NodeBaseline(b) => node::run_baseline(b),
         BenchCommand::Replication(r) => replication::run(r),
         BenchCommand::Reuse(r) => reuse::run(r),
         BenchCommand::Failover(f) => failover::run(f),

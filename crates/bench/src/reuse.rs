@@ -172,20 +172,7 @@ fn run_policy(
         policy.as_str(),
         dir.display()
     );
-    demo::cluster_command(
-        dir,
-        "up",
-        &[
-            "--nodes",
-            "3",
-            "--replication",
-            "2",
-            "--host-bytes",
-            &format!("{host_mib} MiB"),
-            "--timeout-s",
-            "120",
-        ],
-    )?;
+    demo::cluster_up(dir, host_mib, "120")?;
     let urls = demo::node_urls(dir)?;
     let (tx, rx) = tokio::sync::watch::channel(false);
     let shutdown = |mut rx: tokio::sync::watch::Receiver<bool>| async move {

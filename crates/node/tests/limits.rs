@@ -6,9 +6,8 @@ mod common;
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
 
-use common::{payload, tiny, Options, TestNode, TOKEN_A};
+use common::{eventually, payload, tiny, Options, TestNode, TOKEN_A};
 
 /// Opens a put of the tiny model and sends its headers and half its body, then stops.
 fn half_put(node: &TestNode) -> TcpStream {
@@ -30,15 +29,6 @@ fn half_put(node: &TestNode) -> TcpStream {
 
 fn host_used(node: &TestNode) -> f64 {
     node.metric("kvfabric_tier_used_bytes{node=\"n1\",tier=\"host\"}")
-}
-
-/// Polls `f` until it holds (bounded; nothing here asserts on timing).
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !f() {
-        assert!(Instant::now() < deadline, "never: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]

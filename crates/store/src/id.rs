@@ -138,7 +138,7 @@ pub trait IdHasher: Send + Sync {
 }
 
 /// An id being computed incrementally.
-pub trait IdStream {
+pub trait IdStream: Send {
     /// Feeds bytes.
     fn update(&mut self, bytes: &[u8]);
     /// The id of everything fed.

@@ -41,8 +41,9 @@ pub use geometry::{ModelGeometry, ModelKind};
 pub use handle::{Handle, RegionIndex, Tier};
 pub use id::{Blake3Ids, BlockId, IdHasher, IdStream, NamespaceKey, StreamingId};
 pub use store::{
-    Dedup, Draft, GpuConfig, PutForm, Reservation, Sealed, SlotId, Store, StoreConfig,
-    StoreCounters, TierMove, TierUsage,
+    Comparison, Dedup, Demotion, DiskRead, Draft, Filling, GpuConfig, PinnedRead, Prepared,
+    Promotion, PutForm, ReadStep, Reservation, RoomStep, SealStep, Sealed, SlotId, Store,
+    StoreConfig, StoreCounters, TierMove, TierUsage, Unprepared,
 };
 pub use tier::TierBackend;
 pub use units::{ByteCount, TokenCount};

@@ -15,10 +15,8 @@ fn sealing_in_place_equals_sealing_a_copy() {
     let g = tiny_mla(RopeConvention::HalfSplit);
     let ns = NamespaceKey::derive("t");
     let mut s = store();
-    let r = s.reserve(&g).unwrap();
-    s.reservation_payload(&r)
-        .unwrap()
-        .copy_from_slice(&payload(&g, 1));
+    let mut r = s.reserve(&g).unwrap();
+    r.payload_mut().copy_from_slice(&payload(&g, 1));
     let a = s.seal_reserved(r, &ns, &g, PutForm::Canonical).unwrap();
     assert_eq!(a.dedup, Dedup::New);
     let b = s
@@ -40,11 +38,9 @@ fn an_equal_reservation_is_freed_and_the_block_shared() {
         .seal(&ns, &g, 64, &payload(&g, 2), PutForm::Canonical)
         .unwrap();
     let used = s.usage()[0].used;
-    let r = s.reserve(&g).unwrap();
+    let mut r = s.reserve(&g).unwrap();
     assert!(s.usage()[0].used > used, "the reservation takes room");
-    s.reservation_payload(&r)
-        .unwrap()
-        .copy_from_slice(&payload(&g, 2));
+    r.payload_mut().copy_from_slice(&payload(&g, 2));
     let b = s.seal_reserved(r, &ns, &g, PutForm::Canonical).unwrap();
     assert_eq!((b.slot, b.dedup), (a.slot, Dedup::Shared));
     assert_eq!(
@@ -65,8 +61,8 @@ fn a_rotated_reservation_is_unrotated_in_place() {
     let copy = s
         .seal(&ns, &g, 64, &rotated, PutForm::Rotated { position: 777 })
         .unwrap();
-    let r = s.reserve(&g).unwrap();
-    s.reservation_payload(&r).unwrap().copy_from_slice(&rotated);
+    let mut r = s.reserve(&g).unwrap();
+    r.payload_mut().copy_from_slice(&rotated);
     let in_place = s
         .seal_reserved(r, &ns, &g, PutForm::Rotated { position: 777 })
         .unwrap();

@@ -7,36 +7,15 @@ mod common;
 
 use std::collections::{HashMap, HashSet};
 
-use common::{payload, tiny_mla};
-use kvfabric_store::id::{IdHasher, IdStream};
+use common::{payload, tiny_mla, WeakIds};
+use kvfabric_store::id::IdHasher;
 use kvfabric_store::rope::RopeConvention;
 use kvfabric_store::store::StoreConfig;
 use kvfabric_store::tier::disk::DiskConfig;
 use kvfabric_store::{
-    Blake3Ids, BlockId, ByteCount, Dedup, NamespaceKey, PutForm, SlotId, Store, StoreError,
-    StreamingId,
+    Blake3Ids, ByteCount, Dedup, NamespaceKey, PutForm, SlotId, Store, StoreError,
 };
 use proptest::prelude::*;
-
-struct WeakIds;
-struct WeakStream(StreamingId);
-
-impl IdHasher for WeakIds {
-    fn begin(&self, key: &NamespaceKey) -> Box<dyn IdStream> {
-        Box::new(WeakStream(StreamingId::new(key)))
-    }
-}
-
-impl IdStream for WeakStream {
-    fn update(&mut self, b: &[u8]) {
-        self.0.update(b);
-    }
-    fn finish(&self) -> BlockId {
-        let mut id = [0u8; 32];
-        id[0] = self.0.finalize().0[0] & 3; // four ids in all
-        BlockId(id)
-    }
-}
 
 #[derive(Debug, Clone)]
 enum Op {

@@ -146,7 +146,7 @@ impl Cluster {
         self.bandwidth
             .record(source, block.bytes().len() as u64, elapsed);
         let engine = crate::events::poll::peer_engine(self, source, block.namespace(), id).await;
-        let tier = match self.local.install_with(&block, engine) {
+        let tier = match self.local.install_with(&block, engine).await {
             Ok(t) => t,
             Err(e) => {
                 // Verified bytes are served whether or not this node keeps a copy.

@@ -103,7 +103,7 @@ impl Cluster {
             return Vec::new();
         }
         let block = match self.local.get(&[ns], &id) {
-            Ok(Some((b, _))) => Arc::new(b),
+            Ok(Some(b)) => Arc::new(b),
             Ok(None) => {
                 tracing::warn!(block = %id, "no local copy to replicate (deleted meanwhile)");
                 return Vec::new();

@@ -13,7 +13,6 @@
 
 use std::sync::{Arc, OnceLock, Weak};
 
-use bytes::Bytes;
 use kvfabric_store::{BlockId, NamespaceKey, VerifiedBlock};
 use kvfabric_transport::source::{SourceFuture, SourceTask};
 use kvfabric_transport::{Accepted, BlockSource, Holding, SourceLookup};
@@ -52,7 +51,11 @@ impl StoreSource {
             .incarnation
             .batcher()
             .ok_or("not joined to the directory yet")?;
-        let tier = self.local.install(&block).map_err(|e| e.to_string())?;
+        let tier = self
+            .local
+            .install(&block)
+            .await
+            .map_err(|e| e.to_string())?;
         batcher
             .claim(block.id(), tier, None)
             .await
@@ -64,8 +67,9 @@ impl StoreSource {
 impl BlockSource for StoreSource {
     fn lookup(&self, namespace: NamespaceKey, id: BlockId) -> SourceFuture<'_> {
         Box::pin(async move {
-            match self.local.get(&[namespace], &id) {
-                Ok(Some((block, _tier))) => SourceLookup::Found(Bytes::from(block.into_bytes())),
+            match self.local.read(&[namespace], &id) {
+                // A host block is streamed from its place in the arena, pinned until sent.
+                Ok(Some(r)) => SourceLookup::Found(r.bytes),
                 Ok(None) => SourceLookup::NotFound,
                 Err(e) => {
                     tracing::warn!(%id, error = %e, "serving a block to a peer failed");

@@ -7,9 +7,9 @@
 //! names the variant, it is held here only (not replicated, not registered, its chunk keys not
 //! recorded: all of them name a block by id, which reads as variant 0).
 //!
-//! The body arrives piece by piece through [`PutBody`] (the store lock is taken per piece,
-//! never across a read); any refusal after the first byte cancels the reservation, so arena
-//! room is never leaked.
+//! The body arrives piece by piece through [`PutBody`] and is copied and hashed into the
+//! reservation without the store lock; any refusal after the first byte cancels the
+//! reservation, so arena room is never leaked.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -105,7 +105,9 @@ impl Fabric {
             engine: req.engine.clone(),
         };
         info.check().map_err(FabricError::EngineBlock)?;
-        let mut session = PutSession::begin(&self.local, g, expected).map_err(FabricError::from)?;
+        let mut session = PutSession::begin(&self.local, req.ns, g, req.form)
+            .await
+            .map_err(FabricError::from)?;
         while let Some(piece) = body.next_piece().await.map_err(PutFailure::Body)? {
             match session.write(&piece) {
                 Ok(()) => {}
@@ -116,7 +118,7 @@ impl Fabric {
                 Err(PutError::Local(e)) => return Err(FabricError::from(e).into()),
             }
         }
-        let sealed = match session.seal(req.ns, g, req.form, &req.chunk_keys, info) {
+        let sealed = match session.seal(&req.chunk_keys, info) {
             Ok(s) => s,
             Err(PutError::Length { expected, found }) => {
                 return Err(FabricError::PayloadLength { expected, found }.into())

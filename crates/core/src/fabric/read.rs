@@ -15,7 +15,7 @@
 use bytes::Bytes;
 use kvfabric_store::block::BlockHeader;
 use kvfabric_store::rope::{rotate_block, Direction};
-use kvfabric_store::{BlockId, NamespaceKey, Tier, VerifiedBlock, HEADER_LEN};
+use kvfabric_store::{BlockId, NamespaceKey, Tier, HEADER_LEN};
 
 use super::Fabric;
 use crate::cluster::remote_get::Miss;
@@ -64,8 +64,8 @@ impl Fabric {
         id: BlockId,
         position: Option<u64>,
     ) -> Result<Served, FabricError> {
-        let (block, tier, source) = match self.local.get(read, &id)? {
-            Some((block, tier)) => (block, tier, None),
+        let (bytes, tier, source) = match self.local.read(read, &id)? {
+            Some(r) => (r.bytes, r.tier, None),
             None => {
                 let Some(c) = &self.cluster else {
                     self.local.count_not_found();
@@ -77,34 +77,45 @@ impl Fabric {
                     }
                     missed(id, m)
                 })?;
-                (hit.block, hit.tier, Some(hit.source))
+                (
+                    Bytes::from(hit.block.into_bytes()),
+                    hit.tier,
+                    Some(hit.source),
+                )
             }
         };
-        self.served(block, tier, source, position)
+        self.served(bytes, tier, source, position)
     }
 
-    /// A verified block as served: its model named, `k_rope` rotated to `position` if asked.
+    /// A verified block (header ‖ payload) as served: its model named, `k_rope` rotated to
+    /// `position` if asked.
     pub(super) fn served(
         &self,
-        block: VerifiedBlock,
+        bytes: Bytes,
         tier: Tier,
         source: Option<NodeId>,
         position: Option<u64>,
     ) -> Result<Served, FabricError> {
-        let header = BlockHeader::decode(block.bytes())?;
+        let header = BlockHeader::decode(&bytes)?;
         let model = self.catalog.by_fingerprint(&header.fingerprint);
-        let mut bytes = block.into_bytes();
-        if let Some(p) = position {
-            let model = model.ok_or(FabricError::UnknownGeometry)?;
-            rotate_block(
-                &model.layout,
-                &mut bytes[HEADER_LEN..],
-                p,
-                Direction::Forward,
-            )?;
-        }
-        // The payload is served as a view into the verified buffer: no copy.
-        let payload = Bytes::from(bytes).slice(HEADER_LEN..);
+        let bytes = match position {
+            None => bytes,
+            Some(p) => {
+                // Rotated into a copy: the stored bytes stay canonical.
+                let model = model.ok_or(FabricError::UnknownGeometry)?;
+                let mut copy = bytes.to_vec();
+                rotate_block(
+                    &model.layout,
+                    &mut copy[HEADER_LEN..],
+                    p,
+                    Direction::Forward,
+                )?;
+                Bytes::from(copy)
+            }
+        };
+        // The payload is served as a view of the verified bytes (the arena's, for a host
+        // block): no copy.
+        let payload = bytes.slice(HEADER_LEN..);
         Ok(Served {
             payload,
             tier,

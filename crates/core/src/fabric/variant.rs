@@ -28,11 +28,11 @@ impl Fabric {
         if variant == 0 {
             return self.get(read, id, position).await;
         }
-        let (block, tier) = self
+        let r = self
             .local
-            .get_variant(read, &id, variant)?
+            .read_variant(read, &id, variant)?
             .ok_or(FabricError::NotFound)?;
-        self.served(block, tier, None, position)
+        self.served(r.bytes, r.tier, None, position)
     }
 
     /// Where the `variant`-th block under `id` sits in this node's tiers and its payload

@@ -1,11 +1,19 @@
 //! The node's local side: the tiered [`Store`] with what this node holds ([`Held`]) and the
-//! chunk keys put on it ([`ChunkIndex`]), behind one lock.
+//! chunk keys put on it ([`ChunkIndex`]), behind one lock that guards metadata only.
 //!
-//! [`LocalNode`] is the only way in. Every call takes the lock for the duration of one store
-//! operation and never across an `await` (the callers are async; these methods are not), and
-//! runs inside [`tokio::task::block_in_place`] because a store call may read or write the disk
-//! tier. The cluster path wraps this type (remote fetches on a local miss, ownership records on
-//! put) rather than changing it.
+//! [`LocalNode`] is the only way in. The lock is held for bookkeeping (maps, allocators,
+//! eviction policies, counters), never across an `await`, and never for the bytes: a put's
+//! body is copied and hashed into its reservation without it ([`put`]), a host block is served
+//! from a pinned view without a copy and a disk block read and verified without it
+//! ([`read`]), blocks move to disk and back with their writes and copies outside it
+//! ([`room`]), and a dedup's byte comparison runs outside it. Requests on different blocks
+//! therefore proceed in parallel on as many cores as the runtime has; what they still share
+//! is the short bookkeeping step at the start and end of each. Calls that may do disk work
+//! under the lock (tombstones, segment files, compaction, GPU copies) run inside
+//! [`tokio::task::block_in_place`]. The block-info log's record of a newly held block (one
+//! small unsynced append; its rare compaction rewrites and syncs the file) is written under the
+//! lock too, so its order is the order of the changes. The cluster path wraps this type
+//! (remote fetches on a local miss, ownership records on put) rather than changing it.
 //!
 //! Once the node's event log is attached ([`LocalNode::attach_events`]), every change of what
 //! is held is published under the same lock: a block newly held (put, install), released
@@ -16,13 +24,15 @@ mod chunks;
 mod held;
 pub mod info_log;
 mod put;
+mod read;
+mod room;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use kvfabric_store::{
     BlockHeader, BlockId, NamespaceKey, SlotId, Store, StoreConfig, StoreCounters, StoreError,
-    Tier, TierMove, TierUsage, VerifiedBlock, HEADER_LEN,
+    Tier, TierMove, TierUsage, HEADER_LEN,
 };
 use tokio::sync::mpsc;
 
@@ -30,8 +40,10 @@ pub(crate) use chunks::ChunkIndex;
 pub(crate) use held::Held;
 use info_log::InfoLog;
 pub(crate) use put::{PutError, PutSession};
+pub use read::LocalRead;
+pub use room::RESERVE_WAIT_MS_DEFAULT;
 
-use crate::events::{BlockInfo, EngineBlock, EventKind, EventLog};
+use crate::events::{BlockInfo, EventKind, EventLog};
 use crate::ids::ChunkKey;
 
 /// Most block ids in one `Stored` event of an epoch's announcement (more make more events;
@@ -111,6 +123,11 @@ pub(crate) struct Local {
 /// The local side of a node.
 pub struct LocalNode {
     inner: Mutex<Local>,
+    /// Woken whenever host room may have come back (a reservation sealed or cancelled, a read
+    /// unpinned, a demotion finished, a block released): puts waiting for room look again.
+    room: tokio::sync::Notify,
+    /// Bound on a put's wait for host room held by work in flight.
+    reserve_wait_ms_max: u64,
     /// Reads answered not found (no copy here, none fetched from a peer).
     not_found: std::sync::atomic::AtomicU64,
 }
@@ -184,10 +201,18 @@ impl LocalNode {
         Ok((
             LocalNode {
                 inner: Mutex::new(local),
+                room: tokio::sync::Notify::new(),
+                reserve_wait_ms_max: RESERVE_WAIT_MS_DEFAULT,
                 not_found: Default::default(),
             },
             recovery,
         ))
+    }
+
+    /// Sets how long a put may wait for host room held by work in flight (other puts'
+    /// reservations, pinned reads, demotions) before it is refused as full.
+    pub fn set_reserve_wait_ms_max(&mut self, ms: u64) {
+        self.reserve_wait_ms_max = ms;
     }
 
     /// Counts a read answered not found.
@@ -205,71 +230,24 @@ impl LocalNode {
         self.inner.lock().map_err(|_| LocalError::Poisoned)
     }
 
-    /// Runs `f` under the lock, off the async workers' fast path (it may touch the disk).
+    /// Runs `f` under the lock: bookkeeping only, so on the async worker itself.
     pub(crate) fn with<R>(
         &self,
         f: impl FnOnce(&mut Local) -> Result<R, LocalError>,
     ) -> Result<R, LocalError> {
-        block_in_place(|| {
-            let mut l = self.lock()?;
-            let r = f(&mut l);
-            l.publish_moves();
-            r
-        })
+        let mut l = self.lock()?;
+        let r = f(&mut l);
+        l.publish_moves();
+        r
     }
 
-    /// Reads `id` from the first namespace of `read` that holds it: the whole verified block
-    /// and the tier it was served from. `None` when none does.
-    ///
-    /// Every namespace of `read` is probed (no early exit) so the work does not depend on
-    /// where, or whether, the id is held.
-    pub fn get(
+    /// Runs `f` under the lock off the async workers' fast path: for calls that may touch the
+    /// disk or the GPU while holding it.
+    pub(crate) fn with_io<R>(
         &self,
-        read: &[NamespaceKey],
-        id: &BlockId,
-    ) -> Result<Option<(VerifiedBlock, Tier)>, LocalError> {
-        self.with(|l| {
-            let Some(ns) = l.find(read, id) else {
-                return Ok(None);
-            };
-            match l.store.get(id, &ns) {
-                Ok(found) => Ok(Some(found)),
-                // Its slots were quarantined (bytes did not verify): not held any more.
-                Err(StoreError::NotFound(_)) => {
-                    l.forget(&ns, id);
-                    Ok(None)
-                }
-                Err(e) => Err(e.into()),
-            }
-        })
-    }
-
-    /// Reads the `variant`-th block this node holds under `id` (in the order they were sealed;
-    /// more than one only after a dedup collision) from the first namespace of `read` that
-    /// holds it. `None` when there is no such block; variant 0 is [`LocalNode::get`].
-    pub fn get_variant(
-        &self,
-        read: &[NamespaceKey],
-        id: &BlockId,
-        variant: u32,
-    ) -> Result<Option<(VerifiedBlock, Tier)>, LocalError> {
-        if variant == 0 {
-            return self.get(read, id);
-        }
-        self.with(|l| {
-            let Some((ns, slot)) = l.variant_slot(read, id, variant) else {
-                return Ok(None);
-            };
-            match l.store.get_slot(slot) {
-                Ok(found) => Ok(Some(found)),
-                // Quarantined (its bytes did not verify): this variant is gone.
-                Err(StoreError::Corrupt { .. }) | Err(StoreError::StaleSlot(_)) => {
-                    l.forget_slot(&ns, id, slot);
-                    Ok(None)
-                }
-                Err(e) => Err(e.into()),
-            }
-        })
+        f: impl FnOnce(&mut Local) -> Result<R, LocalError>,
+    ) -> Result<R, LocalError> {
+        block_in_place(|| self.with(f))
     }
 
     /// Where `id` sits and its payload length, without reading it.
@@ -320,7 +298,7 @@ impl LocalNode {
         read: &[NamespaceKey],
         id: &BlockId,
     ) -> Result<Deleted, LocalError> {
-        self.with(|l| {
+        let done = self.with_io(|l| {
             if l.held.contains(write, id) {
                 l.release(write, id)?;
                 return Ok(Deleted::Released);
@@ -329,7 +307,9 @@ impl LocalNode {
                 return Ok(Deleted::Forbidden);
             }
             Ok(Deleted::NotFound)
-        })
+        });
+        self.room.notify_waiters();
+        done
     }
 
     /// For each key, the block it maps to in the first namespace of `read` that maps it to a
@@ -347,50 +327,6 @@ impl LocalNode {
                         .find_map(|ns| l.chunks.get(ns, k).filter(|id| l.held.contains(ns, id)))
                 })
                 .collect())
-        })
-    }
-
-    /// Installs a block that arrived verified from a peer and holds it (a block already held
-    /// gives back the spare reference); returns the tier it sits in.
-    pub fn install(&self, block: &VerifiedBlock) -> Result<Tier, LocalError> {
-        self.install_with(block, None)
-    }
-
-    /// [`LocalNode::install`] with the engine identity the peer had for it (checked against
-    /// the block's token count; one that does not fit is dropped): its `Stored` event carries
-    /// the block's token count (from its header) and that identity.
-    pub fn install_with(
-        &self,
-        block: &VerifiedBlock,
-        engine: Option<Arc<EngineBlock>>,
-    ) -> Result<Tier, LocalError> {
-        let tokens = BlockHeader::decode(block.bytes()).map_or(0, |h| h.tokens);
-        let mut info = BlockInfo {
-            block_tokens: tokens,
-            engine,
-        };
-        if info.check().is_err() {
-            info.engine = None;
-        }
-        self.with(|l| {
-            let s = l.store.install(block)?;
-            let tier = l.store.handle(s.slot)?.tier;
-            let ns = block.namespace();
-            let newly = !l.held.contains(&ns, &s.id);
-            if !l.held.insert(ns, s.id, s.slot) {
-                l.store.release(s.slot)?;
-            }
-            if newly {
-                l.set_info(ns, s.id, info);
-                l.emit(EventKind::Stored {
-                    namespace: ns,
-                    tier,
-                    ids: vec![s.id],
-                    chunk_key: None,
-                    info: l.info_of(&ns, &s.id),
-                });
-            }
-            Ok(tier)
         })
     }
 

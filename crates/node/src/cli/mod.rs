@@ -19,6 +19,8 @@
 //!                                                     a stand-in engine over one node
 //! kvfabric router --listen ADDR --backend NODE=URL... --node URL [--policy P]
 //!                                                     route prompts to engines by score and load
+//! kvfabric bench node [--blocks N] [--clients 1,2,4] [--rounds R] [--skip-cluster]
+//!                                                     a node's HTTP API vs a bare HTTP server
 //! kvfabric bench reuse [--agents N] [--docs N] [--seed S]
 //!                                                     round-robin vs prefix vs kvfabric routing
 //! kvfabric bench store [--blocks N] [--rounds R]      sealing vs blake3, disk tier vs file I/O

@@ -11,3 +11,12 @@ pub use kvfabric_test_support::presets::{builtin, payload, tiny};
 pub fn kvfabric() -> Kvfabric {
     Kvfabric::at(env!("CARGO_BIN_EXE_kvfabric"))
 }
+
+/// Polls `f` until it holds (bounded at a minute; nothing asserts on timing).
+pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !f() {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

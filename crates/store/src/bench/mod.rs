@@ -113,11 +113,8 @@ pub fn run(opts: &StoreBenchOptions) -> anyhow::Result<()> {
         let mut elapsed = Duration::ZERO;
         let mut sealed = Vec::with_capacity(count);
         for p in &data {
-            let r = store.reserve(&g).context("reserve")?;
-            store
-                .reservation_payload(&r)
-                .context("payload")?
-                .copy_from_slice(p);
+            let mut r = store.reserve(&g).context("reserve")?;
+            r.payload_mut().copy_from_slice(p);
             let t = Instant::now();
             sealed.push(
                 store

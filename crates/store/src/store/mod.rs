@@ -15,13 +15,18 @@
 mod counters;
 mod draft;
 mod moves;
+mod pinned;
 mod placement;
 mod read;
 mod refs;
 mod reserve;
+mod room;
 mod seal;
+mod seal_split;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::error::StoreError;
 use crate::eviction::s3fifo::S3Fifo;
@@ -35,8 +40,11 @@ use crate::units::ByteCount;
 pub use counters::StoreCounters;
 pub use draft::Draft;
 pub use moves::TierMove;
-pub use reserve::Reservation;
+pub use pinned::{DiskRead, PinnedRead, ReadStep};
+pub use reserve::{Filling, Prepared, Reservation, Unprepared};
+pub use room::{Demotion, Promotion, RoomStep};
 pub use seal::{Dedup, PutForm, Sealed};
+pub use seal_split::{Comparison, SealStep};
 
 /// Identity of one stored block instance. Monotonic, never reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -86,7 +94,10 @@ pub(crate) struct Slot {
     pub(crate) namespace: NamespaceKey,
     pub(crate) handle: Handle,
     pub(crate) refs: u32,
+    /// Pins, those of reads in progress ([`PinnedRead`], [`DiskRead`]) included.
     pub(crate) pins: u32,
+    /// Pins held by reads in progress; only the read's own value removes one.
+    pub(crate) reads: u32,
 }
 
 /// Capacity and use of one tier.
@@ -102,9 +113,23 @@ pub struct TierUsage {
     pub blocks: u64,
 }
 
+/// Store instances opened in this process: what a reservation or a pinned read carries, so
+/// that one store never takes another's (their handles would pass each other's checks).
+static INSTANCES: AtomicU64 = AtomicU64::new(1);
+
 /// The tiered store of one node.
+///
+/// Its methods take `&mut self`: an owner shared between threads keeps it behind a lock, and
+/// does the byte work of puts, reads and tier moves outside that lock through the split
+/// operations ([`Reservation`], [`SealStep`], [`ReadStep`], [`RoomStep`]).
 pub struct Store {
-    hasher: Box<dyn IdHasher>,
+    hasher: Arc<dyn IdHasher>,
+    /// This instance (see [`INSTANCES`]).
+    instance: u64,
+    /// Reservations handed out and not yet sealed or cancelled.
+    reservations: u64,
+    /// Demotions handed out and not yet finished.
+    demotions: u64,
     gpu: Option<Box<dyn TierBackend>>,
     host: HostTier,
     disk: Option<DiskTier>,
@@ -187,7 +212,10 @@ impl Store {
             disk.as_ref().and_then(|d| policy(d.capacity())),
         ];
         let mut store = Store {
-            hasher,
+            hasher: Arc::from(hasher),
+            instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
+            reservations: 0,
+            demotions: 0,
             gpu,
             host,
             disk,
@@ -246,6 +274,7 @@ impl Store {
                 handle,
                 refs,
                 pins: 0,
+                reads: 0,
             },
         );
         self.by_id.entry((namespace, id)).or_default().push(slot);

@@ -8,7 +8,7 @@ use crate::id::{BlockId, NamespaceKey};
 use crate::units::ByteCount;
 
 impl Store {
-    fn next_tier(&self, tier: Tier) -> Option<Tier> {
+    pub(super) fn next_tier(&self, tier: Tier) -> Option<Tier> {
         TIERS
             .into_iter()
             .skip(tier_index(tier) + 1)
@@ -61,6 +61,15 @@ impl Store {
             }
             return Ok(false);
         }
+    }
+
+    /// One step of [`Store::make_room`]: evicts one victim or, on disk, compacts.
+    /// `Ok(false)` when neither made room.
+    pub(super) fn make_room_once(&mut self, tier: Tier) -> Result<bool, StoreError> {
+        if self.evict_one(tier)? {
+            return Ok(true);
+        }
+        Ok(tier == Tier::Disk && self.compact_disk()? > 0)
     }
 
     /// Moves (or, from the last tier, drops) one victim. `Ok(false)` if there is none.

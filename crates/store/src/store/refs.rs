@@ -46,7 +46,8 @@ impl Store {
     /// Removes one pin.
     pub fn unpin(&mut self, slot: SlotId) -> Result<u32, StoreError> {
         let s = self.slot_mut(slot)?;
-        if s.pins == 0 {
+        // A read's pin is removed only by its own `PinnedRead` (see `pinned`).
+        if s.pins <= s.reads {
             return Err(StoreError::Underflow {
                 id: s.id,
                 what: "pin",

@@ -148,12 +148,14 @@ impl Store {
             Candidate::Parts(header, payload),
             placed,
             top,
+            &[],
         )
     }
 
     /// Dedups `candidate` (already hashed to `id`) against the stored slots and either shares
     /// an equal one (freeing `placed`) or keeps the candidate as a new slot, placing it first
-    /// if it has no handle yet.
+    /// if it has no handle yet. Slots in `known` were already compared with the candidate
+    /// (slot, whether its bytes are equal); the rest are compared here.
     pub(super) fn finish_admit(
         &mut self,
         id: BlockId,
@@ -161,6 +163,7 @@ impl Store {
         candidate: Candidate<'_>,
         placed: Option<Handle>,
         top: Tier,
+        known: &[(SlotId, bool)],
     ) -> Result<Sealed, StoreError> {
         let len = ByteCount(match candidate {
             Candidate::Parts(h, p) => (h.len() + p.len()) as u64,
@@ -168,7 +171,11 @@ impl Store {
         });
         let mut collided = false;
         for slot in self.slots_of(&id, namespace) {
-            if self.bytes_equal(slot, candidate)? {
+            let equal = match known.iter().find(|(s, _)| *s == slot) {
+                Some((_, eq)) => *eq,
+                None => self.bytes_equal(slot, candidate)?,
+            };
+            if equal {
                 if let Some(h) = placed {
                     self.host.free(&h)?;
                 }

@@ -3,13 +3,19 @@
 //! Regions are allocated lazily up to the capacity; blocks are placed first-fit inside a
 //! region by the shared [`RegionBook`], so live blocks never alias. A handle carries the region
 //! index and the allocation's generation; a stale or foreign handle is refused.
+//!
+//! Regions are shared ([`RegionBuf`] behind an `Arc`) so that a reservation can be filled and
+//! a pinned block read without the store (see [`host_region`](super::host_region) for who may
+//! touch which bytes).
 
 use crate::error::StoreError;
 use crate::handle::{Handle, Tier};
 use crate::id::{BlockId, NamespaceKey};
+use crate::tier::host_region::RegionBuf;
 use crate::tier::regions::RegionBook;
 use crate::tier::TierBackend;
 use crate::units::ByteCount;
+use std::sync::Arc;
 
 /// Default region size: 256 MiB (56 DeepSeek-V3 bf16 blocks).
 pub const REGION_BYTES_DEFAULT: u64 = 256 << 20;
@@ -19,7 +25,7 @@ pub const COPY_CHUNK_BYTES: usize = 64 << 10;
 /// Host RAM tier.
 pub struct HostTier {
     book: RegionBook,
-    buffers: Vec<Vec<u8>>,
+    buffers: Vec<Arc<RegionBuf>>,
 }
 
 impl HostTier {
@@ -42,8 +48,8 @@ impl HostTier {
     ) -> Result<Handle, StoreError> {
         let len = ByteCount(parts.iter().map(|p| p.len() as u64).sum());
         let h = self.allocate(len)?;
-        let buf = &mut self.buffers[h.region.0 as usize];
-        let mut at = h.offset as usize;
+        let buf = self.view_mut(&h)?;
+        let mut at = 0;
         for part in parts {
             for chunk in part.chunks(COPY_CHUNK_BYTES) {
                 buf[at..at + chunk.len()].copy_from_slice(chunk);
@@ -58,7 +64,8 @@ impl HostTier {
     pub fn allocate(&mut self, len: ByteCount) -> Result<Handle, StoreError> {
         let placement = self.book.allocate(len)?;
         if let Some(size) = placement.new_region_bytes {
-            self.buffers.push(vec![0u8; size as usize]);
+            self.buffers
+                .push(Arc::new(RegionBuf::zeroed(size as usize)));
         }
         Ok(placement.handle)
     }
@@ -66,15 +73,28 @@ impl HostTier {
     /// Borrows the bytes at `handle` for writing in place (a reservation being filled).
     pub fn view_mut(&mut self, handle: &Handle) -> Result<&mut [u8], StoreError> {
         self.book.check(handle)?;
-        let buf = &mut self.buffers[handle.region.0 as usize];
-        Ok(&mut buf[handle.offset as usize..handle.end() as usize])
+        let buf = &self.buffers[handle.region.0 as usize];
+        // SAFETY: `&mut self` excludes every other access through this tier, and the handle is
+        // live: a fresh allocation, a reservation handed back to the store, or a slot, none
+        // of which is read or written outside the store while the store works on it.
+        Ok(unsafe { buf.slice_mut(handle.offset as usize, handle.len.as_usize()) })
     }
 
     /// Borrows the bytes at `handle` without copying (for in-place comparison). The borrow
     /// ends before the tier can change, so no address escapes.
     pub fn view(&self, handle: &Handle) -> Result<&[u8], StoreError> {
         self.book.check(handle)?;
-        Ok(&self.buffers[handle.region.0 as usize][handle.offset as usize..handle.end() as usize])
+        let buf = &self.buffers[handle.region.0 as usize];
+        // SAFETY: the handle is live and not a reservation being filled (the store never views
+        // one), so nobody writes these bytes while the borrow of `self` lasts.
+        Ok(unsafe { buf.slice(handle.offset as usize, handle.len.as_usize()) })
+    }
+
+    /// The region behind a live handle, for work on its bytes outside the store (a reservation
+    /// being filled, a pinned block being read).
+    pub(crate) fn region(&self, handle: &Handle) -> Result<Arc<RegionBuf>, StoreError> {
+        self.book.check(handle)?;
+        Ok(Arc::clone(&self.buffers[handle.region.0 as usize]))
     }
 }
 

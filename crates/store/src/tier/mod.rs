@@ -10,6 +10,7 @@ pub mod disk;
 pub mod gpu;
 pub mod gpu_probe;
 pub mod host;
+pub(crate) mod host_region;
 pub mod regions;
 
 use crate::error::StoreError;

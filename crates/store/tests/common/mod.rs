@@ -42,3 +42,27 @@ pub fn payload(geometry: &ModelGeometry, seed: u64) -> Vec<u8> {
     out.truncate(len);
     out
 }
+
+/// A 2-bit id hash (four ids in all): id collisions on most seals, so "dedup never merges
+/// different bytes" is exercised on every run.
+pub struct WeakIds;
+
+/// [`WeakIds`]' stream.
+pub struct WeakStream(kvfabric_store::StreamingId);
+
+impl kvfabric_store::IdHasher for WeakIds {
+    fn begin(&self, key: &kvfabric_store::NamespaceKey) -> Box<dyn kvfabric_store::IdStream> {
+        Box::new(WeakStream(kvfabric_store::StreamingId::new(key)))
+    }
+}
+
+impl kvfabric_store::IdStream for WeakStream {
+    fn update(&mut self, b: &[u8]) {
+        self.0.update(b);
+    }
+    fn finish(&self) -> kvfabric_store::BlockId {
+        let mut id = [0u8; 32];
+        id[0] = self.0.finalize().0[0] & 3;
+        kvfabric_store::BlockId(id)
+    }
+}

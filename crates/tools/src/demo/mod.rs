@@ -135,20 +135,7 @@ fn session(a: &DemoArgs, g: &ModelGeometry, dir: &Path, stop: &AtomicBool) -> an
         dir.display()
     );
     let start = Instant::now();
-    cluster_command(
-        dir,
-        "up",
-        &[
-            "--nodes",
-            &NODES.to_string(),
-            "--replication",
-            &REPLICATION.to_string(),
-            "--host-bytes",
-            &format!("{host_bytes} MiB"),
-            "--timeout-s",
-            UP_TIMEOUT_S,
-        ],
-    )?;
+    cluster_up(dir, host_bytes, UP_TIMEOUT_S)?;
     let up = start.elapsed();
     if stop.load(Ordering::SeqCst) {
         bail!(INTERRUPTED);
@@ -250,6 +237,25 @@ pub fn prepare_dir(dir: Option<&Path>) -> anyhow::Result<(PathBuf, bool)> {
         .canonicalize()
         .with_context(|| format!("resolving {}", path.display()))?;
     Ok((path, temporary))
+}
+
+/// `kvfabric cluster up` of the demo's cluster in `dir`: 3 nodes, replication 2, each with
+/// `host_mib` MiB of host RAM, ready within `timeout_s` seconds.
+pub fn cluster_up(dir: &Path, host_mib: u64, timeout_s: &str) -> anyhow::Result<()> {
+    cluster_command(
+        dir,
+        "up",
+        &[
+            "--nodes",
+            &NODES.to_string(),
+            "--replication",
+            &REPLICATION.to_string(),
+            "--host-bytes",
+            &format!("{host_mib} MiB"),
+            "--timeout-s",
+            timeout_s,
+        ],
+    )
 }
 
 /// Runs `kvfabric cluster <sub> --dir DIR <rest>` in this process (the same code as the

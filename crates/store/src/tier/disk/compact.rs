@@ -73,7 +73,7 @@ impl DiskTier {
         let mut candidates: Vec<(f64, u32, u64)> = self
             .segments
             .iter()
-            .filter(|(&n, s)| !(n == self.active && s.len <= SEGMENT_HEADER_LEN))
+            .filter(|(&n, s)| s.pending == 0 && !(n == self.active && s.len <= SEGMENT_HEADER_LEN))
             .map(|(&n, s)| {
                 // The header counts as garbage: an empty sealed segment is all garbage.
                 let garbage = s.len.saturating_sub(s.live_bytes) as f64 / s.len.max(1) as f64;

@@ -72,6 +72,7 @@
 //! segment holding a tombstone only after every segment with a copy of its target is gone,
 //! so a crash mid-way never resurrects a freed block); it never moves a live block.
 
+mod append;
 mod compact;
 mod config;
 mod entry;
@@ -91,6 +92,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::io::AsRawFd;
 use std::path::PathBuf;
 
+pub use append::{DiskAppend, SegmentRead};
 pub use config::{DiskConfig, SyncPolicy, COMPACT_GARBAGE_RATIO_DEFAULT, SEGMENT_BYTES_DEFAULT};
 pub use entry::{
     EntryDecodeError, EntryHeader, EntryKind, ENTRY_HEADER_LEN, ENTRY_MAGIC,
@@ -157,6 +159,8 @@ pub struct DiskTier {
     disk_bytes: u64,
     /// Entry bytes of live blocks.
     live_bytes: u64,
+    /// Appends reserved and being written outside the lock ([`append`]).
+    pending_appends: u64,
     counters: DiskCounters,
 }
 
@@ -209,6 +213,7 @@ impl DiskTier {
             next_seq: rec.next_seq,
             disk_bytes,
             live_bytes,
+            pending_appends: 0,
             counters,
             config,
         };

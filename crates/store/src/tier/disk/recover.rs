@@ -194,7 +194,8 @@ fn scan_segment(dir: &Path, n: u32, counters: &mut DiskCounters) -> Result<Scann
     if let Some(&(offset, h)) = entries.last() {
         if h.kind == EntryKind::Block {
             let (_, found) =
-                seg.read_hashed(offset + ENTRY_HEADER_LEN, h.payload_len, &h.namespace)?;
+                seg.file()
+                    .read_hashed(offset + ENTRY_HEADER_LEN, h.payload_len, &h.namespace)?;
             if found != h.id {
                 counters.quarantined += 1;
                 entries.pop();

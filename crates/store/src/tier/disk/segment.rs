@@ -10,6 +10,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::StoreError;
 use crate::hash_parallel::{fill_and_hash_two_threads, TWO_THREADS_MIN_BYTES};
@@ -88,12 +89,22 @@ pub(crate) struct TombstoneRec {
     pub(crate) namespace: NamespaceKey,
 }
 
+/// An open segment file, shared (by `Arc`) with the reads and appends that run outside the
+/// store owner's lock. A file whose segment was deleted stays readable through such a share
+/// (its bytes never change once written), so a read that raced a deletion reads what was
+/// there, and its verification decides.
+#[derive(Debug)]
+pub(crate) struct SegmentFile {
+    pub(crate) path: PathBuf,
+    file: File,
+}
+
 /// An open segment file and what it holds.
 #[derive(Debug)]
 pub(crate) struct Segment {
     pub(crate) number: u32,
     pub(crate) path: PathBuf,
-    file: File,
+    file: Arc<SegmentFile>,
     /// Bytes in the file; the next append goes here.
     pub(crate) len: u64,
     /// Live block entries whose index copy is here.
@@ -104,6 +115,9 @@ pub(crate) struct Segment {
     pub(crate) blocks: Vec<u64>,
     /// Tombstones stored here.
     pub(crate) tombstones: Vec<TombstoneRec>,
+    /// Appends reserved here and being written outside the lock ([`super::append`]): the
+    /// segment is neither deleted nor compacted while any is.
+    pub(crate) pending: u32,
 }
 
 fn io_at(what: &str, path: &Path, offset: u64, e: io::Error) -> StoreError {
@@ -120,73 +134,11 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
         .map_err(|e| StoreError::io(format!("disk tier: fsync directory {}", dir.display()), e))
 }
 
-impl Segment {
-    /// Creates `path` (which must not exist) holding only a segment header.
-    pub(crate) fn create(path: PathBuf, number: u32, sync: bool) -> Result<Segment, StoreError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| StoreError::io(format!("disk tier: create {}", path.display()), e))?;
-        let mut seg = Segment::from_file(number, path, file, 0);
-        seg.write_at(&encode_segment_header(number), 0)?;
-        seg.len = SEGMENT_HEADER_LEN;
-        if sync {
-            seg.sync()?;
-        }
-        Ok(seg)
-    }
-
-    /// Wraps an already open file of `len` bytes.
-    pub(crate) fn from_file(number: u32, path: PathBuf, file: File, len: u64) -> Segment {
-        Segment {
-            number,
-            path,
-            file,
-            len,
-            live_count: 0,
-            live_bytes: 0,
-            blocks: Vec::new(),
-            tombstones: Vec::new(),
-        }
-    }
-
-    fn write_at(&self, bytes: &[u8], offset: u64) -> Result<(), StoreError> {
+impl SegmentFile {
+    pub(crate) fn write_at(&self, bytes: &[u8], offset: u64) -> Result<(), StoreError> {
         self.file
             .write_all_at(bytes, offset)
             .map_err(|e| io_at("write", &self.path, offset, e))
-    }
-
-    /// Appends `header ‖ payload` and returns the entry's offset. On failure the file is cut
-    /// back to where it was, so a failed append never leaves a torn entry before later ones.
-    pub(crate) fn append(
-        &mut self,
-        header: &[u8],
-        payload: &[u8],
-        sync: bool,
-    ) -> Result<u64, StoreError> {
-        let at = self.len;
-        let res = self.write_at(header, at).and_then(|()| {
-            self.write_at(payload, at + header.len() as u64)?;
-            if sync {
-                self.sync()?;
-            }
-            Ok(())
-        });
-        match res {
-            Ok(()) => {
-                self.len = at + (header.len() + payload.len()) as u64;
-                Ok(at)
-            }
-            Err(e) => {
-                // Best effort. If the cut fails too, `len` still points here, so the next
-                // append overwrites the leftover from its start; whatever it does not cover
-                // lies past the last entry, where recovery treats it as a torn tail.
-                let _ = self.file.set_len(at);
-                Err(e)
-            }
-        }
     }
 
     /// Reads exactly `buf.len()` bytes at `offset`.
@@ -273,11 +225,125 @@ impl Segment {
         Ok((buf, hasher.finalize()))
     }
 
-    /// Cuts the file to `len` bytes (a torn tail, or a quarantined last entry).
-    pub(crate) fn truncate(&mut self, len: u64) -> Result<(), StoreError> {
+    /// `fdatasync`.
+    pub(crate) fn sync(&self) -> Result<(), StoreError> {
+        self.file
+            .sync_data()
+            .map_err(|e| StoreError::io(format!("disk tier: fsync {}", self.path.display()), e))
+    }
+
+    fn set_len(&self, len: u64) -> Result<(), StoreError> {
         self.file
             .set_len(len)
-            .map_err(|e| io_at("truncate", &self.path, len, e))?;
+            .map_err(|e| io_at("truncate", &self.path, len, e))
+    }
+}
+
+impl Segment {
+    /// Creates `path` (which must not exist) holding only a segment header.
+    pub(crate) fn create(path: PathBuf, number: u32, sync: bool) -> Result<Segment, StoreError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| StoreError::io(format!("disk tier: create {}", path.display()), e))?;
+        let mut seg = Segment::from_file(number, path, file, 0);
+        seg.file.write_at(&encode_segment_header(number), 0)?;
+        seg.len = SEGMENT_HEADER_LEN;
+        if sync {
+            seg.sync()?;
+        }
+        Ok(seg)
+    }
+
+    /// Wraps an already open file of `len` bytes.
+    pub(crate) fn from_file(number: u32, path: PathBuf, file: File, len: u64) -> Segment {
+        Segment {
+            number,
+            file: Arc::new(SegmentFile {
+                path: path.clone(),
+                file,
+            }),
+            path,
+            len,
+            live_count: 0,
+            live_bytes: 0,
+            blocks: Vec::new(),
+            tombstones: Vec::new(),
+            pending: 0,
+        }
+    }
+
+    /// The file, to share with work outside the lock.
+    pub(crate) fn file(&self) -> &Arc<SegmentFile> {
+        &self.file
+    }
+
+    /// Appends `header ‖ payload` and returns the entry's offset. On failure the file is cut
+    /// back to where it was when nothing was reserved beyond it (otherwise the leftover is
+    /// garbage that recovery resyncs over), so a failed append never leaves a torn entry that
+    /// a later one is read through.
+    pub(crate) fn append(
+        &mut self,
+        header: &[u8],
+        payload: &[u8],
+        sync: bool,
+    ) -> Result<u64, StoreError> {
+        let at = self.len;
+        let entry = (header.len() + payload.len()) as u64;
+        let res = self.file.write_at(header, at).and_then(|()| {
+            self.file.write_at(payload, at + header.len() as u64)?;
+            if sync {
+                self.sync()?;
+            }
+            Ok(())
+        });
+        match res {
+            Ok(()) => {
+                self.len = at + entry;
+                Ok(at)
+            }
+            Err(e) => {
+                // Best effort. If the cut fails too, `len` still points here, so the next
+                // append overwrites the leftover from its start; whatever it does not cover
+                // lies past the last entry, where recovery treats it as a torn tail.
+                let _ = self.file.set_len(at);
+                Err(e)
+            }
+        }
+    }
+
+    /// Reserves `entry` bytes at the end for an append written outside the lock; returns the
+    /// entry's offset.
+    pub(crate) fn reserve(&mut self, entry: u64) -> u64 {
+        let at = self.len;
+        self.len += entry;
+        self.pending += 1;
+        at
+    }
+
+    /// Ends a reserved append. A failed one at the end of the file is cut off again; one with
+    /// later entries behind it stays as garbage (zeros or a torn entry recovery resyncs over).
+    pub(crate) fn end_reserved(&mut self, at: u64, entry: u64, ok: bool) {
+        self.pending -= 1;
+        if !ok && self.len == at + entry && self.set_len_quiet(at) {
+            self.len = at;
+        }
+    }
+
+    fn set_len_quiet(&self, len: u64) -> bool {
+        self.file.set_len(len).is_ok()
+    }
+
+    /// Reads exactly `buf.len()` bytes at `offset`.
+    pub(crate) fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), StoreError> {
+        self.file.read_at(buf, offset)
+    }
+
+    /// Cuts the file to `len` bytes (a torn tail, or a quarantined last entry).
+    pub(crate) fn truncate(&mut self, len: u64) -> Result<(), StoreError> {
+        self.file.set_len(len)?;
         self.len = len;
         Ok(())
     }
@@ -285,16 +351,14 @@ impl Segment {
     /// Cuts the file to nothing and writes a fresh header (a creation torn by a crash).
     pub(crate) fn reset(&mut self) -> Result<(), StoreError> {
         self.truncate(0)?;
-        self.write_at(&encode_segment_header(self.number), 0)?;
+        self.file.write_at(&encode_segment_header(self.number), 0)?;
         self.len = SEGMENT_HEADER_LEN;
         Ok(())
     }
 
     /// `fdatasync`.
     pub(crate) fn sync(&self) -> Result<(), StoreError> {
-        self.file
-            .sync_data()
-            .map_err(|e| StoreError::io(format!("disk tier: fsync {}", self.path.display()), e))
+        self.file.sync()
     }
 }
 

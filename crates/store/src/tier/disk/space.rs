@@ -24,7 +24,8 @@ pub(super) struct Plan {
 impl DiskTier {
     /// Bytes the budget counts now: segment files plus the tombstone reserve.
     pub(super) fn committed(&self) -> u64 {
-        self.disk_bytes + self.live.len() as u64 * ENTRY_HEADER_LEN
+        // A pending append becomes a live block: its tombstone is reserved already.
+        self.disk_bytes + (self.live.len() as u64 + self.pending_appends) * ENTRY_HEADER_LEN
     }
 
     /// Largest payload that could ever fit.
@@ -97,7 +98,10 @@ impl DiskTier {
         let mut gone: HashSet<u32> = HashSet::new();
         let mut out = Vec::new();
         for (&n, seg) in &self.segments {
-            if seg.live_count > 0 || (n == self.active && seg.len <= SEGMENT_HEADER_LEN) {
+            if seg.live_count > 0
+                || seg.pending > 0
+                || (n == self.active && seg.len <= SEGMENT_HEADER_LEN)
+            {
                 continue;
             }
             let unneeded = seg.tombstones.iter().all(|t| {

@@ -15,7 +15,9 @@ impl DiskTier {
     /// otherwise quarantines the entry and returns [`StoreError::Corrupt`].
     pub(super) fn read_verified(&mut self, seq: u64, e: &LiveEntry) -> Result<Vec<u8>, StoreError> {
         let seg = self.segment_of(e)?;
-        let (bytes, found) = seg.read_hashed(e.offset + ENTRY_HEADER_LEN, e.len, &e.namespace)?;
+        let (bytes, found) =
+            seg.file()
+                .read_hashed(e.offset + ENTRY_HEADER_LEN, e.len, &e.namespace)?;
         if found != e.id {
             return Err(
                 self.quarantine(seq, format!("payload hashes to {found}, expected {}", e.id))
@@ -55,7 +57,9 @@ impl DiskTier {
             return Ok(Err(reason));
         }
         let seg = self.segment_of(e)?;
-        let (bytes, found) = seg.read_hashed(e.offset + ENTRY_HEADER_LEN, e.len, &e.namespace)?;
+        let (bytes, found) =
+            seg.file()
+                .read_hashed(e.offset + ENTRY_HEADER_LEN, e.len, &e.namespace)?;
         if found != e.id {
             return Ok(Err(format!("payload hashes to {found}, expected {}", e.id)));
         }
