@@ -8,7 +8,8 @@
 //! bandwidths ([`cluster`]: async drivers); the decisions they act on as pure functions of
 //! `now` and state — liveness, replica placement, owner ranking, repair plans, route scores
 //! ([`decide`]); the model
-//! catalog ([`presets`]); the validated configuration it runs with ([`config`]); and its
+//! catalog ([`presets`]); the cluster's namespace secret file and its rotation ([`secret`]);
+//! the validated configuration it runs with ([`config`]); and its
 //! error ([`error`]).
 //!
 //! Must never: know about HTTP (callers map [`FabricError`] onto their answers); serve bytes
@@ -25,6 +26,7 @@ pub mod fabric;
 pub mod ids;
 pub mod local;
 pub mod presets;
+pub mod secret;
 
 pub use error::FabricError;
 pub use fabric::{Fabric, FabricParts};

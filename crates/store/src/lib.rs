@@ -36,7 +36,7 @@ pub use dtype::Dtype;
 pub use error::{ConfigError, StoreError};
 pub use geometry::{ModelGeometry, ModelKind};
 pub use handle::{Handle, RegionIndex, Tier};
-pub use id::{Blake3Ids, BlockId, IdHasher, IdStream, NamespaceKey, StreamingId};
+pub use id::{Blake3Ids, BlockId, IdHasher, IdStream, NamespaceKey, NamespaceSecret, StreamingId};
 pub use store::{
     Dedup, Draft, GpuConfig, PutForm, Reservation, Sealed, SlotId, Store, StoreConfig,
     StoreCounters, TierMove, TierUsage,

@@ -86,7 +86,7 @@ impl ControlServer {
             }
         };
         batcher
-            .claim(id, tier, None)
+            .claim(super::directory_block(&ns, id), tier, None)
             .await
             .map_err(|e| ("directory", e.to_string()))?;
         Ok(tier.name())

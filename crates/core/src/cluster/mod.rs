@@ -19,6 +19,7 @@ pub mod bandwidth;
 pub mod control;
 mod control_server;
 mod dev_certs;
+mod dir_keys;
 mod links;
 pub(crate) mod membership;
 mod peer_tls;
@@ -43,6 +44,8 @@ use crate::ids::NodeId;
 use crate::local::LocalNode;
 use membership::Incarnation;
 use raft_net::{QuicRaftNet, RaftNetError};
+
+pub(crate) use dir_keys::{block_of_directory, directory_block};
 
 /// The directory's chunk key for `key` put under `ns`: keyed by the namespace, so that one
 /// tenant's chunk keys never resolve (or reveal anything) under another's.

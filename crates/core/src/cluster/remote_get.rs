@@ -4,9 +4,11 @@
 //! registers itself as an owner. Bounded by [`REMOTE_GET_TIMEOUT_MS`]: with no live owner, or
 //! none answering in time, the caller gets a miss, never a hang.
 //!
-//! Namespaces: ids are keyed by namespace, so the fetch names the caller's namespace and an
-//! owner holding the id under another namespace answers "not found"; each namespace the
-//! caller may read is tried in turn.
+//! Namespaces: the directory keys owner records by namespace
+//! ([`super::directory_block`]), so owners are looked up under each namespace the caller may
+//! read (all of them, whatever is found) and only those are asked, naming that namespace: an
+//! id held under another tenant's namespace has no owner under the caller's, and its miss
+//! ends here, before any peer is asked, exactly as for an id nobody holds.
 //!
 //! Every fetch that succeeds is timed (from the request to the verified block, the owners
 //! tried before the one that served it included) into the bandwidth table as a sample of the
@@ -38,9 +40,10 @@ pub(crate) struct RemoteHit {
 }
 
 impl Cluster {
-    /// Live owners of `id` other than this node, best first, as transport peers.
-    fn live_owners(&self, id: &BlockId) -> Vec<(PeerAddr, NodeId)> {
-        let owners = self.directory.view().read(|s| s.owners(id));
+    /// Live owners of `(ns, id)` other than this node, best first, as transport peers.
+    fn live_owners(&self, ns: &NamespaceKey, id: BlockId) -> Vec<(PeerAddr, NodeId)> {
+        let key = super::directory_block(ns, id);
+        let owners = self.directory.view().read(|s| s.owners(&key));
         let now_ms = self.clock.now_ms();
         rank_owners(self.me, &owners, |n| self.is_live(n, now_ms))
             .into_iter()
@@ -58,19 +61,26 @@ impl Cluster {
         read: &[NamespaceKey],
         id: BlockId,
     ) -> Option<RemoteHit> {
-        let owners = self.live_owners(&id);
-        if owners.is_empty() {
-            return None;
-        }
-        let peers: Vec<PeerAddr> = owners.iter().map(|(p, _)| p.clone()).collect();
+        // The directory keys owners by namespace: only the caller's namespaces are asked
+        // about, so another tenant's id finds no owner here, exactly like an absent one, and
+        // no peer is ever asked for it.
+        let by_ns: Vec<_> = read
+            .iter()
+            .map(|ns| (*ns, self.live_owners(ns, id)))
+            .collect();
         let deadline = tokio::time::Instant::now() + Duration::from_millis(REMOTE_GET_TIMEOUT_MS);
         let mut fetched = None;
-        for ns in read {
+        for (ns, owners) in &by_ns {
+            if owners.is_empty() {
+                continue;
+            }
+            let peers: Vec<PeerAddr> = owners.iter().map(|(p, _)| p.clone()).collect();
             let started = std::time::Instant::now();
             let attempt = self.transport.fetch_from_owners(&peers, *ns, id);
             match tokio::time::timeout_at(deadline, attempt).await {
                 Ok(Ok(f)) => {
-                    fetched = Some((f, started.elapsed()));
+                    let source = owners.get(f.owner_index).map(|(_, n)| *n);
+                    fetched = Some((f, source, *ns, started.elapsed()));
                     break;
                 }
                 Ok(Err(e)) => {
@@ -82,8 +92,8 @@ impl Cluster {
                 }
             }
         }
-        let (f, elapsed) = fetched?;
-        let source = owners.get(f.owner_index).map(|(_, n)| *n)?;
+        let (f, source, ns, elapsed) = fetched?;
+        let source = source?;
         self.bandwidth
             .record(source, f.block.bytes().len() as u64, elapsed);
         let tier = match self.local.install(&f.block) {
@@ -94,7 +104,7 @@ impl Cluster {
             }
         };
         if let Some(b) = self.incarnation.batcher() {
-            let claim = b.claim(id, tier, None);
+            let claim = b.claim(super::directory_block(&ns, id), tier, None);
             match tokio::time::timeout(Duration::from_millis(REGISTER_TIMEOUT_MS), claim).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {
@@ -110,13 +120,14 @@ impl Cluster {
         })
     }
 
-    /// Live owners of `id` as node ids (for lookups).
-    pub(crate) fn live_owner_ids(&self, id: &BlockId) -> Vec<NodeId> {
+    /// Live owners of `(ns, id)` as node ids (for lookups).
+    pub(crate) fn live_owner_ids(&self, ns: &NamespaceKey, id: BlockId) -> Vec<NodeId> {
         let now_ms = self.clock.now_ms();
+        let key = super::directory_block(ns, id);
         let mut ids: Vec<NodeId> = self
             .directory
             .view()
-            .read(|s| s.owners(id))
+            .read(|s| s.owners(&key))
             .into_iter()
             .map(|o| NodeId(o.node.0))
             .filter(|n| self.is_live(*n, now_ms))
@@ -126,14 +137,16 @@ impl Cluster {
         ids
     }
 
-    /// The block a chunk key names under one of `read`'s namespaces, at `consistency`
-    /// (linearizable: reflects every registration completed before the call, or an error).
+    /// The block a chunk key names under one of `read`'s namespaces, and that namespace, at
+    /// `consistency` (linearizable: reflects every registration completed before the call,
+    /// or an error).
     pub(crate) async fn resolve_chunk_at(
         &self,
         read: &[NamespaceKey],
         key: crate::ids::ChunkKey,
         consistency: ReadConsistency,
-    ) -> Result<Option<BlockId>, kvfabric_directory::DirectoryError> {
+    ) -> Result<Option<(NamespaceKey, BlockId)>, kvfabric_directory::DirectoryError> {
+        let mut found = None;
         for (i, ns) in read.iter().enumerate() {
             let k = super::directory_chunk_key(ns, key);
             // One barrier is enough: later namespaces read the state it brought up to date.
@@ -142,10 +155,13 @@ impl Cluster {
             } else {
                 ReadConsistency::Local
             };
-            if let Some(b) = self.directory.resolve(&k, c).await? {
-                return Ok(Some(b));
+            // Every namespace is read (no early exit): the work does not depend on which
+            // one, if any, maps the key.
+            let b = self.directory.resolve(&k, c).await?;
+            if found.is_none() {
+                found = b.map(|b| (*ns, super::block_of_directory(ns, b)));
             }
         }
-        Ok(None)
+        Ok(found)
     }
 }

@@ -17,6 +17,7 @@ use kvfabric_directory::ReadConsistency;
 use kvfabric_store::{BlockId, NamespaceKey, Tier};
 
 use super::Fabric;
+use crate::cluster::directory_block;
 use crate::decide::score::{self, ChunkHolders, ChunkSize, Link, Mode, NodeScore, Speeds};
 use crate::error::FabricError;
 use crate::ids::{ChunkKey, NodeId};
@@ -73,13 +74,14 @@ impl Fabric {
                     let mut c = ChunkHolders::default();
                     let local = ReadConsistency::Local;
                     let resolve = |key| cluster.resolve_chunk_at(read, key, local);
-                    if let Some(b) = resolve(*k).await.map_err(unavailable)? {
-                        c.prefix = cluster.live_holders(&b);
+                    let holders_of = |ns, b| cluster.live_holders(&directory_block(&ns, b));
+                    if let Some((ns, b)) = resolve(*k).await.map_err(unavailable)? {
+                        c.prefix = holders_of(ns, b);
                         resolved.push(b);
                     }
                     if let Some(ind) = &q.independent {
-                        if let Some(b) = resolve(ind[i]).await.map_err(unavailable)? {
-                            c.independent = cluster.live_holders(&b);
+                        if let Some((ns, b)) = resolve(ind[i]).await.map_err(unavailable)? {
+                            c.independent = holders_of(ns, b);
                             resolved.push(b);
                         }
                     }

@@ -67,13 +67,6 @@ impl Held {
         self.map.remove(&(*ns, *id))
     }
 
-    /// Every held block with its first slot.
-    pub(crate) fn first_slots(&self) -> impl Iterator<Item = (BlockId, SlotId)> + '_ {
-        self.map
-            .iter()
-            .filter_map(|((_, id), b)| b.slots.first().map(|s| (*id, *s)))
-    }
-
     /// Every held block with its namespace and first slot.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (NamespaceKey, BlockId, SlotId)> + '_ {
         self.map

@@ -126,6 +126,12 @@ impl Check<'_> {
             Some(c) => Some(self.cluster(node_id, c)?),
         };
         let events = self.events(node_id, raw.events)?;
+        let namespace_secret = super::secret::check(
+            self,
+            raw.node.namespace_secret.as_deref(),
+            &data_dir,
+            cluster.as_ref(),
+        )?;
         let config = NodeConfig {
             file: self.file.to_owned(),
             node_id,
@@ -145,6 +151,7 @@ impl Check<'_> {
             events,
             route,
             arenas,
+            namespace_secret,
         };
         Ok(Loaded { config, catalog })
     }

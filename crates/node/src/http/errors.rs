@@ -287,7 +287,11 @@ impl ApiError {
     pub(crate) fn from_fabric(e: FabricError) -> ApiError {
         match e {
             FabricError::Store(s) => ApiError::from_store(s),
-            FabricError::Poisoned | FabricError::EpochFile { .. } | FabricError::Random(_) => {
+            FabricError::Poisoned
+            | FabricError::EpochFile { .. }
+            | FabricError::SecretFile { .. }
+            | FabricError::SecretRotation(_)
+            | FabricError::Random(_) => {
                 tracing::error!(error = %e, "node failure");
                 ApiError::Internal
             }

@@ -1,4 +1,5 @@
-//! `kvfabric cluster up [--nodes N] [--dir DIR]`: certificates, configs, N node processes,
+//! `kvfabric cluster up [--nodes N] [--dir DIR]`: certificates, the namespace secret (kept if
+//! the directory has one: the nodes' blocks are keyed by it), configs, N node processes,
 //! a bounded wait for their readiness with progress, and each node's API address.
 //!
 //! Refuses a directory whose nodes are still running. On any failure it stops the nodes it
@@ -69,6 +70,9 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
     }
     kvfabric_transport::generate_cluster(&dir.join("certs"), a.nodes)
         .context("generating certificates")?;
+    // Kept when present: the blocks in the nodes' data directories are keyed by it.
+    kvfabric_core::secret::ensure(&dir.join("certs").join(kvfabric_core::secret::SECRET_FILE))
+        .context("writing the namespace secret")?;
     let nodes = layout::plan(a.nodes)?;
     for n in &nodes {
         let path = layout::config_path(&dir, n.id);
