@@ -202,16 +202,24 @@ impl Caller<'_> {
     }
 
     /// The namespaces this caller may read, its own first, with their keys (what a client
-    /// needs to verify the ids of what it reads).
-    pub(crate) fn views(&self) -> Vec<NamespaceView> {
-        self.readable()
+    /// needs to verify the ids of what it reads); narrowed to the one `kvfabric-namespace`
+    /// names.
+    pub(crate) fn views(&self, headers: &HeaderMap) -> Result<Vec<NamespaceView>, ApiError> {
+        let named = Self::named(headers)?;
+        let views: Vec<_> = self
+            .readable()
+            .filter(|(_, n)| named.is_none_or(|name| n.name == name))
             .map(|(i, n)| NamespaceView {
                 name: n.name.clone(),
                 writable: i == self.own,
                 shared: n.shared,
                 keys: n.keys.clone(),
             })
-            .collect()
+            .collect();
+        if views.is_empty() {
+            return Err(ApiError::NamespaceForbidden("read"));
+        }
+        Ok(views)
     }
 }
 
@@ -281,7 +289,9 @@ mod tests {
         assert!(matches!(a.write(&h), Err(ApiError::NamespaceForbidden(_))));
         let h = headers(Some("Bearer token-a-0123456789"), Some("docs"));
         assert_eq!(a.read(&h).unwrap(), vec![key("docs")]);
-        assert_eq!(a.views().len(), 2, "own and shared, not b");
+        assert_eq!(a.views(&h).unwrap().len(), 1, "narrowed to docs");
+        let all = headers(Some("Bearer token-a-0123456789"), None);
+        assert_eq!(a.views(&all).unwrap().len(), 2, "own and shared, not b");
         assert!(matches!(a.write(&h), Err(ApiError::NamespaceForbidden(_))));
         let h = headers(Some("Bearer token-a-0123456789"), Some("no-such"));
         assert!(matches!(a.read(&h), Err(ApiError::NamespaceForbidden(_))));
@@ -340,7 +350,7 @@ mod tests {
             ]
         );
         assert_eq!(t.keys().len(), 6);
-        let views = a.views();
+        let views = a.views(&h).unwrap();
         assert_eq!(views.len(), 2);
         assert!(views[0].writable && !views[0].shared && views[0].name == "a");
         assert!(!views[1].writable && views[1].shared && views[1].name == "docs");

@@ -5,7 +5,8 @@
 //! else (no other tenant's key, not the secret).
 //!
 //! `keys` lists the key puts use first, then those of the other secrets blocks may still be
-//! read under during a rotation.
+//! read under during a rotation. `kvfabric-namespace` narrows the answer to that namespace
+//! (403 `namespace_forbidden` if the caller may not read it).
 
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -36,7 +37,7 @@ pub(crate) async fn namespaces(
     let caller = app.tenancy.caller(&headers)?;
     Ok(super::json(&NamespacesResponse {
         namespaces: caller
-            .views()
+            .views(&headers)?
             .into_iter()
             .map(|v| NamespaceOut {
                 name: v.name,
