@@ -140,6 +140,10 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
                 orphaned = recovery.orphaned,
                 "store open"
             );
+            if recovery.orphaned > 0 {
+                tracing::warn!(orphaned = recovery.orphaned, "blocks on disk under a namespace key this node does not have (a retired secret or a removed namespace) were released: they are never served");
+            }
+            app.metrics.orphaned.inc_by(recovery.orphaned);
             let parts = FabricParts {
                 me: config.node_id,
                 api: api.clone(),

@@ -113,6 +113,41 @@ pub fn config(
     c
 }
 
+/// Top-level sections `--tenancy` may hold.
+const TENANCY_SECTIONS: [&str; 3] = ["namespaces", "tenants", "operator"];
+/// Largest `--tenancy` file read, in bytes.
+const TENANCY_FILE_BYTES_MAX: u64 = 1 << 20;
+
+/// The text `--tenancy FILE` appends to every node's config: the file as written, checked to
+/// be TOML holding only [`TENANCY_SECTIONS`] (the nodes validate the rest).
+pub fn tenancy(file: &Path) -> anyhow::Result<String> {
+    let len = std::fs::metadata(file)
+        .with_context(|| format!("--tenancy {}", file.display()))?
+        .len();
+    if len > TENANCY_FILE_BYTES_MAX {
+        anyhow::bail!(
+            "--tenancy {}: expected at most {TENANCY_FILE_BYTES_MAX} bytes, found {len}",
+            file.display()
+        );
+    }
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("--tenancy {}", file.display()))?;
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+        anyhow::anyhow!("--tenancy {}: {}", file.display(), e.message())
+    })?;
+    if let Some(k) = table
+        .keys()
+        .find(|k| !TENANCY_SECTIONS.contains(&k.as_str()))
+    {
+        anyhow::bail!(
+            "--tenancy {}: expected only {} sections, found {k:?}",
+            file.display(),
+            TENANCY_SECTIONS.join(", ")
+        );
+    }
+    Ok(format!("\n# From --tenancy {}\n{text}\n", file.display()))
+}
+
 /// A TOML value as `--cluster-set` gave it (checked by [`parse_cluster_set`]).
 fn toml_value(v: &str) -> toml::Value {
     format!("v = {v}")

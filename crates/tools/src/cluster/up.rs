@@ -45,6 +45,10 @@ pub struct UpArgs {
     /// `lease_ms=3000`); repeatable. The nodes validate it like any config key.
     #[arg(long = "cluster-set", value_name = "KEY=VALUE", value_parser = layout::parse_cluster_set)]
     cluster_set: Vec<(String, String)>,
+    /// A TOML file of `[[namespaces]]`, `[[tenants]]` and `[operator]` sections appended to
+    /// every node's config (a cluster with tenants; without it the nodes are open).
+    #[arg(long, value_name = "FILE")]
+    tenancy: Option<PathBuf>,
 }
 
 /// Runs `kvfabric cluster up`.
@@ -73,26 +77,28 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
     // Kept when present: the blocks in the nodes' data directories are keyed by it.
     kvfabric_core::secret::ensure(&dir.join("certs").join(kvfabric_core::secret::SECRET_FILE))
         .context("writing the namespace secret")?;
+    let tenancy = match &a.tenancy {
+        Some(f) => layout::tenancy(f)?,
+        None => String::new(),
+    };
     let nodes = layout::plan(a.nodes)?;
     for n in &nodes {
         let path = layout::config_path(&dir, n.id);
-        std::fs::write(
-            &path,
-            layout::config(
-                &dir,
-                n,
-                &nodes,
-                a.replication,
-                &a.host_bytes,
-                &a.cluster_set,
-            )
-            .to_toml(&format!(
-                "Written by `kvfabric cluster up`; node {} of {}.",
-                n.id,
-                nodes.len()
-            )),
+        let config = layout::config(
+            &dir,
+            n,
+            &nodes,
+            a.replication,
+            &a.host_bytes,
+            &a.cluster_set,
         )
-        .with_context(|| format!("writing {}", path.display()))?;
+        .to_toml(&format!(
+            "Written by `kvfabric cluster up`; node {} of {}.",
+            n.id,
+            nodes.len()
+        ));
+        std::fs::write(&path, config + &tenancy)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     println!("starting {} nodes in {}", nodes.len(), dir.display());
     let mut children = Vec::new();
