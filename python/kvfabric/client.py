@@ -95,10 +95,12 @@ class Event:
 
 @dataclass(frozen=True)
 class EngineBlock:
-    """What an engine knows of a block it puts, sent for the KV events of routers (issue 15):
-    the engine's name, its hashes of the pages the block covers (in order), the hash of the page
-    before them (None for a prompt's first), its page size in tokens, the block's token ids and
-    its LoRA id. Sent as headers (docs/API.md, "Engine metadata of a put")."""
+    """What an engine knows of a block it puts, for the KV events routers consume: the engine's
+    name, its hashes of the pages the block covers (in order; vLLM's ``ExternalBlockHash``,
+    bytes or int), the hash of the page before them (None for a prompt's first), its page size
+    in tokens, the block's token ids, its LoRA id and name, and its KV-cache group and kind. The
+    node keeps it with the block and publishes the block under it. Sent as headers (docs/API.md,
+    "Engine metadata of a put")."""
 
     engine: str
     block_hashes: Sequence[bytes | int]
@@ -106,12 +108,15 @@ class EngineBlock:
     page_tokens: int
     token_ids: Sequence[int]
     lora_id: int | None = None
+    lora_name: str | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
 
     def headers(self) -> list[tuple[str, str]]:
         """The request headers carrying it."""
 
         def h(x: bytes | int) -> str:
-            return x.hex() if isinstance(x, (bytes, bytearray)) else format(int(x), "x")
+            return x.hex() if isinstance(x, (bytes, bytearray)) else f"i:{int(x)}"
 
         out = [
             ("kvfabric-engine", self.engine),
@@ -123,6 +128,12 @@ class EngineBlock:
             out.append(("kvfabric-engine-parent-hash", h(self.parent_hash)))
         if self.lora_id is not None:
             out.append(("kvfabric-engine-lora-id", str(int(self.lora_id))))
+        if self.lora_name is not None:
+            out.append(("kvfabric-engine-lora-name", self.lora_name))
+        if self.group_idx is not None:
+            out.append(("kvfabric-engine-group-idx", str(int(self.group_idx))))
+        if self.kv_cache_spec_kind is not None:
+            out.append(("kvfabric-engine-kv-cache-spec-kind", self.kv_cache_spec_kind))
         return out
 
 

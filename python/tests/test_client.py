@@ -66,7 +66,7 @@ def test_head_delete_and_typed_refusals(cluster):
     assert c.head(put.block) is None or c.head(put.block).source == "local"
 
 
-def test_the_node_accepts_a_put_with_the_engine_headers(cluster):
+def test_a_put_with_the_engine_headers_is_accepted(cluster):
     c = kvfabric.Client(cluster.url(1))
     engine = EngineBlock(
         "vllm/0.33.0",

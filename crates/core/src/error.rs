@@ -25,6 +25,17 @@ pub enum FabricError {
         /// Bytes received (at least this many when the body ran past `expected`).
         found: u64,
     },
+    /// The block-info log failed (at open).
+    #[error("block-info log in {dir}: {reason}")]
+    InfoLog {
+        /// Its directory.
+        dir: String,
+        /// What failed.
+        reason: String,
+    },
+    /// A put's engine identity does not fit its block (checked before any byte is read).
+    #[error("engine metadata: {0}")]
+    EngineBlock(crate::events::engine::EngineBlockError),
     /// No block with this id is visible to the caller (absent, or another tenant's: the same
     /// answer either way).
     #[error("block not found")]
@@ -100,6 +111,7 @@ impl From<LocalError> for FabricError {
         match e {
             LocalError::Store(s) => FabricError::Store(s),
             LocalError::Poisoned => FabricError::Poisoned,
+            LocalError::InfoLog { dir, reason } => FabricError::InfoLog { dir, reason },
         }
     }
 }

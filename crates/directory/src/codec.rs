@@ -138,7 +138,7 @@ pub fn decode_frame<T: DeserializeOwned>(
     // The limit binds bincode's own allocations to what the frame could hold.
     let config = bincode::config::standard().with_limit::<{ FRAME_BYTES_HARD_MAX as usize }>();
     let (msg, used) =
-        bincode::serde::decode_from_slice(body, config).map_err(|e| bad("a decodable body", e))?;
+        crate::nesting::decode_from_slice(body, config).map_err(|e| bad("a decodable body", e))?;
     if used != body.len() {
         return Err(bad(
             format!("{} body bytes consumed", body.len()),

@@ -8,7 +8,8 @@
 //! ([`batcher`]) and, on the leader, the merging of several nodes' batches into one entry
 //! ([`merge`]), reads at local or linearizable consistency ([`read`]), membership changes
 //! ([`membership`]), and the network seam Raft talks through ([`network`], [`rpc`], [`codec`]),
-//! with an in-memory router for deterministic tests. Also ships a linearizability checker
+//! with an in-memory router for deterministic tests, and decoding with bounded nesting for
+//! everything read from a peer or the disk ([`nesting`]). Also ships a linearizability checker
 //! ([`linearizability`]) and an in-process cluster harness ([`testing`]).
 //!
 //! Must never: depend on anything of the store but its identity types; read a clock while
@@ -26,11 +27,15 @@ pub mod config;
 pub mod directory;
 pub mod error;
 mod forward;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod ids;
 mod lease;
 pub mod linearizability;
 pub mod membership;
 pub mod merge;
+pub mod nesting;
 pub mod network;
 pub mod owner;
 pub mod read;

@@ -72,6 +72,33 @@ impl Sessions {
         }
     }
 
+    /// The first bound the table breaks, if any: at most [`CLIENTS_MAX`] clients, at most
+    /// [`REPLIES_PER_CLIENT_MAX`] replies each, every reply above its client's floor (what
+    /// [`Sessions::record`] keeps; a decoded snapshot could hold anything).
+    pub(crate) fn violation(&self) -> Option<String> {
+        if self.clients.len() > CLIENTS_MAX {
+            return Some(format!(
+                "at most {CLIENTS_MAX} session clients expected, found {}",
+                self.clients.len()
+            ));
+        }
+        for (client, s) in &self.clients {
+            if s.replies.len() > REPLIES_PER_CLIENT_MAX {
+                return Some(format!(
+                    "at most {REPLIES_PER_CLIENT_MAX} replies of client {client} expected, found {}",
+                    s.replies.len()
+                ));
+            }
+            if let Some((&seq, _)) = s.replies.first_key_value().filter(|(q, _)| **q <= s.floor) {
+                return Some(format!(
+                    "replies of client {client} above its floor {} expected, found {seq}",
+                    s.floor
+                ));
+            }
+        }
+        None
+    }
+
     /// Clients remembered.
     pub fn len(&self) -> usize {
         self.clients.len()
@@ -121,5 +148,44 @@ mod tests {
         assert_eq!(s.len(), CLIENTS_MAX);
         assert_eq!(s.seen(id(0, 1)), None, "the oldest client was evicted");
         assert_eq!(s.seen(id(1, 1)), Some(CommandReply::Empty));
+    }
+
+    #[test]
+    fn a_table_past_its_bounds_is_a_violation() {
+        let mut s = Sessions::default();
+        for client in 0..2 * CLIENTS_MAX as u64 {
+            s.record(id(client, 1), CommandReply::Empty, client);
+        }
+        assert_eq!(
+            s.violation(),
+            None,
+            "what record keeps is within the bounds"
+        );
+        let session = Session {
+            floor: 5,
+            replies: BTreeMap::from([(5, CommandReply::Empty)]),
+            last_index: 1,
+        };
+        let at_floor = Sessions {
+            clients: BTreeMap::from([(1, session.clone())]),
+        };
+        assert!(at_floor.violation().is_some(), "a reply at the floor");
+        let crowded = Sessions {
+            clients: (0..=CLIENTS_MAX as u64)
+                .map(|c| (c, Session::default()))
+                .collect(),
+        };
+        assert!(crowded.violation().is_some(), "too many clients");
+        let chatty = Session {
+            floor: 0,
+            replies: (1..=REPLIES_PER_CLIENT_MAX as u64 + 1)
+                .map(|q| (q, CommandReply::Empty))
+                .collect(),
+            last_index: 1,
+        };
+        let chatty = Sessions {
+            clients: BTreeMap::from([(1, chatty)]),
+        };
+        assert!(chatty.violation().is_some(), "too many replies");
     }
 }

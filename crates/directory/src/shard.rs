@@ -6,7 +6,10 @@
 //! - every owner record of a block appears in the per-node index, and nothing else does;
 //! - every owner record carries its node's current epoch, and that node is live;
 //! - a block with no owner is absent, and every chunk key names a block that is present or
-//!   dormant (never both).
+//!   dormant (never both);
+//! - the session table keeps its bounds ([`crate::sessions`]).
+//!
+//! A snapshot that breaks any of them is refused as corrupt when decoded.
 //!
 //! Dormant blocks: a node's join purges its records of the previous incarnation, and an
 //! expired lease purges a paused or partitioned node's records; the node then (joins again
@@ -412,6 +415,12 @@ impl ShardState {
         if rebuilt.chunks_of != self.chunks_of {
             return Some("per-block chunk index differs from the chunk map".into());
         }
+        self.content_violation()
+    }
+
+    /// The first invariant the primary maps break (the indexes aside: they are derived), if
+    /// any. A decoded snapshot is checked with this once its indexes are rebuilt.
+    pub(crate) fn content_violation(&self) -> Option<String> {
         for (block, owners) in &self.blocks {
             if owners.is_empty() {
                 return Some(format!("{block:?} has an empty owner set"));
@@ -441,7 +450,7 @@ impl ShardState {
                 return Some(format!("dormant {block:?} has no chunk mapping"));
             }
         }
-        None
+        self.sessions.violation()
     }
 }
 

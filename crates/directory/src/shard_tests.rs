@@ -356,3 +356,49 @@ fn a_merged_entry_applies_each_request_once_in_order() {
     ));
     assert_eq!(s.block_count(), 2, "blocks 1 and 2 held, block 3 refused");
 }
+
+/// Found by the `snapshot` fuzz target: a snapshot (checksum right) whose state broke an
+/// invariant was installed as it was. Each broken invariant is now refused as corrupt.
+#[test]
+fn a_snapshot_breaking_an_invariant_is_refused() {
+    use crate::error::DirectoryError;
+    use crate::owner::Owner;
+    use crate::storage::snapshot::{decode_snapshot, encode_snapshot};
+
+    let mut good = ShardState::new(ShardId(1));
+    let epoch = join(&mut good, 1, 1_000);
+    claim(&mut good, 1, epoch, &[1, 2]);
+    let bytes = encode_snapshot(&good).unwrap();
+    assert_eq!(decode_snapshot(&bytes, ShardId(1)).unwrap(), good);
+
+    let mut unknown_owner = good.clone();
+    let stranger = Owner {
+        node: NodeId(9),
+        tier: Tier::Host,
+        epoch: Epoch(1),
+    };
+    unknown_owner
+        .blocks
+        .entry(block(1))
+        .or_default()
+        .insert(stranger);
+    let mut no_owner = good.clone();
+    no_owner.blocks.insert(block(3), Default::default());
+    let mut dangling_chunk = good.clone();
+    dangling_chunk.chunks.insert(chunk(4), block(4));
+    let mut owned_and_dormant = good.clone();
+    owned_and_dormant.dormant.insert(block(1), 5);
+    for bad in [unknown_owner, no_owner, dangling_chunk, owned_and_dormant] {
+        let bytes = encode_snapshot(&bad).unwrap();
+        assert!(
+            matches!(
+                decode_snapshot(&bytes, ShardId(1)),
+                Err(DirectoryError::Corrupt {
+                    what: "snapshot",
+                    ..
+                })
+            ),
+            "{bad:?}"
+        );
+    }
+}

@@ -62,6 +62,12 @@ fn the_stream_shows_stored_and_removed_with_node_and_tier_and_gap_free_seqs() {
     assert_eq!(blocks(&got[0]), std::slice::from_ref(&id));
     assert_eq!(got[0].data["chunk_key"], key);
     assert_eq!(got[0].data["block_tokens"], g.block_tokens());
+    // The hash the ZeroMQ wire names it by: the low 64 bits of the id, read big-endian.
+    assert_eq!(
+        got[0].data["hashes"][0].as_u64(),
+        Some(u64::from_str_radix(&id[48..], 16).unwrap())
+    );
+    assert_eq!(got[0].data["engine"], Json::Null);
     assert_eq!(blocks(&got[1]), [id2]);
     assert_eq!(got[1].data["chunk_key"], Json::Null);
     assert_eq!(blocks(&got[2]), [id]);
@@ -269,4 +275,119 @@ fn a_tenant_sees_only_namespaces_it_may_read_and_streams_are_bounded() {
             ("removed".to_owned(), vec![of_b]),
         ]
     );
+}
+
+#[test]
+fn a_live_subscriber_without_since_sees_live_events_and_a_far_behind_one_a_real_gap() {
+    let node = common::kvfabric().node(with_events(
+        Options {
+            tenants: false,
+            ..Options::default()
+        },
+        "ring_batches = 4",
+    ));
+    // Batches 0 (the epoch) to 6: the ring keeps 3..=6.
+    let ids: Vec<String> = (1..=6).map(|seed| put(&node, None, seed)).collect();
+
+    // Live, without since: the next batches, from seq 7, and no replay_gap.
+    let mut live = open(&node, None, "", &[]).unwrap();
+    let next = put(&node, None, 7);
+    let m = live.next();
+    assert_eq!(
+        (m.event.as_str(), m.data["seq"].as_u64()),
+        ("stored", Some(7)),
+        "{m:?}"
+    );
+    assert_eq!(blocks(&m), [next]);
+    let after = put(&node, None, 8);
+    let m = live.next();
+    assert_eq!((m.data["seq"].as_u64(), blocks(&m)), (Some(8), vec![after]));
+
+    // From the oldest still buffered: no gap, then live.
+    let mut from_oldest = open(&node, None, "?since=5", &[]).unwrap();
+    let got: Vec<u64> = from_oldest
+        .take(4)
+        .iter()
+        .map(|m| m.data["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(got, [5, 6, 7, 8]);
+    assert_eq!(
+        blocks(&open(&node, None, "?since=6", &[]).unwrap().next()),
+        [ids[5].clone()]
+    );
+    // Further behind than the ring: a real gap, naming the oldest.
+    let (status, body) = open(&node, None, "?since=4", &[]).err().unwrap();
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (410, Some("replay_gap"))
+    );
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("oldest available is 5"),
+        "{body}"
+    );
+    assert_eq!(
+        node.metric("kvfabric_event_replay_gaps_total{node=\"n1\"}"),
+        1.0
+    );
+}
+
+#[test]
+fn a_put_with_engine_metadata_is_published_under_the_engine_identity() {
+    let node = common::kvfabric().node(Options::default());
+    let g = tiny();
+    let n = g.block_tokens();
+    let tokens: Vec<String> = (0..n).map(|t| (1000 + t).to_string()).collect();
+    let tokens = tokens.join(",");
+    let page = (n / 4).to_string();
+    let engine = [
+        ("kvfabric-engine", "vllm/0.33.0"),
+        ("kvfabric-engine-block-hashes", "i:11,i:12,i:13,i:14"),
+        ("kvfabric-engine-parent-hash", "i:10"),
+        ("kvfabric-engine-page-tokens", page.as_str()),
+        ("kvfabric-engine-token-ids", tokens.as_str()),
+        ("kvfabric-engine-lora-name", "adapter"),
+    ];
+    let mut a = open(&node, Some(TOKEN_A), "?since=1", &[]).unwrap();
+    let mut reader = open(&node, Some(TOKEN_B), "?since=1", &[]).unwrap();
+    let id = node
+        .put(Some(TOKEN_DOCS), &g, &payload(&g, 5), &engine)
+        .block();
+    // The writer of the shared namespace is not a subscriber here; both subscribers read it.
+    for (s, owner) in [(&mut a, false), (&mut reader, false)] {
+        let m = s.next();
+        assert_eq!(blocks(&m), std::slice::from_ref(&id));
+        assert_eq!(m.data["hashes"], serde_json::json!([11, 12, 13, 14]));
+        assert_eq!(m.data["engine"]["parent_block_hash"], 10);
+        assert_eq!(m.data["engine"]["page_tokens"], n / 4);
+        assert_eq!(m.data["engine"]["kv_cache_spec_kind"], "mla_attention");
+        assert_eq!(m.data["engine"].get("token_ids").is_some(), owner, "{m:?}");
+    }
+    // Its own namespace's subscriber sees the token ids.
+    let mut own = open(&node, Some(TOKEN_A), "?since=1", &[]).unwrap();
+    let mine = node
+        .put(Some(TOKEN_A), &g, &payload(&g, 6), &engine)
+        .block();
+    let m = loop {
+        let m = own.next();
+        if blocks(&m) == [mine.clone()] {
+            break m;
+        }
+    };
+    assert_eq!(m.data["engine"]["token_ids"][0], 1000);
+    // Bad metadata is a 400 naming the header, before the body is stored.
+    let r = node.put(
+        Some(TOKEN_A),
+        &g,
+        &payload(&g, 7),
+        &[
+            ("kvfabric-engine", "vllm"),
+            ("kvfabric-engine-block-hashes", "i:1"),
+            ("kvfabric-engine-page-tokens", "3"),
+        ],
+    );
+    assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
+    assert!(String::from_utf8_lossy(&r.body).contains("kvfabric-engine-page-tokens"));
 }

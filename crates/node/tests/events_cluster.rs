@@ -1,6 +1,7 @@
 //! KV events on a real 3-node cluster: a block installed by a remote fetch is a `stored`
-//! event on the node that fetched it, and a member whose lease expires after a SIGKILL is a
-//! `node_down` event on the survivors' streams.
+//! event on the node that fetched it, under the engine identity it was put with (asked of the
+//! member it came from) and with its token count, and a member whose lease expires after a
+//! SIGKILL is a `node_down` event on the survivors' streams.
 
 mod cluster_harness;
 mod common;
@@ -25,7 +26,16 @@ fn remote_installs_are_stored_events_and_an_expired_member_is_node_down() {
     );
 
     tracing::info!("phase 2: a put on n1, a get on n2 fetches and installs it");
-    let r = cluster.put_block(1, &g, &payload(&g, 5), &[]);
+    let tokens: Vec<String> = (0..g.block_tokens()).map(|t| t.to_string()).collect();
+    let tokens = tokens.join(",");
+    let engine = [
+        ("kvfabric-engine", "vllm/0.33.0"),
+        ("kvfabric-engine-block-hashes", "i:21,i:22,i:23,i:24"),
+        ("kvfabric-engine-parent-hash", "i:20"),
+        ("kvfabric-engine-page-tokens", "16"),
+        ("kvfabric-engine-token-ids", tokens.as_str()),
+    ];
+    let r = cluster.put_block(1, &g, &payload(&g, 5), &engine);
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
     let id = r.json()["block"].as_str().unwrap().to_owned();
     // n2 finds the owners in its own replica of the directory, which may lag the put's
@@ -43,6 +53,10 @@ fn remote_installs_are_stored_events_and_an_expired_member_is_node_down() {
     assert_eq!(stored.data["tier"], "host");
     assert_eq!(stored.data["seq"], 1);
     assert_eq!(blocks(&stored), std::slice::from_ref(&id));
+    assert_eq!(stored.data["block_tokens"], g.block_tokens());
+    assert_eq!(stored.data["hashes"], serde_json::json!([21, 22, 23, 24]));
+    assert_eq!(stored.data["engine"]["parent_block_hash"], 20);
+    assert_eq!(stored.data["engine"]["token_ids"][63], 63);
 
     let mut on1 = open(cluster.api(1), None, "?since=0", &[]).unwrap();
     assert_eq!(on1.next().event, "epoch");

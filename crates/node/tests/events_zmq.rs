@@ -1,8 +1,10 @@
-//! The vLLM-compatible ZeroMQ event stream on real node processes: a test consumer subscribes
-//! to the PUB socket, decodes the msgpack batches into typed events, fills what it missed
-//! through the ROUTER replay socket, and rebuilds a node's state, across a restart too (a new
-//! epoch: sequence numbers from 0, `AllBlocksCleared` first), and a bad `[events]` config or a
-//! taken port stopping the node with its reason.
+//! The ZeroMQ event sockets on real node processes, kvfabric-specific checks (the framing of
+//! vLLM's `ZmqEventPublisher`, sequence numbers, replay, restarts; the payload read as generic
+//! msgpack): a consumer subscribes to the PUB socket, fills what it missed through the ROUTER
+//! replay socket, and rebuilds a node's state, across a restart too (a new epoch: sequence
+//! numbers from 0, `AllBlocksCleared` first); a bad `[events]` config or a taken port stops
+//! the node with its reason. That vLLM's and Dynamo's own decoders accept the payload is shown
+//! by `python/tests/test_events_wire.py` and `crates/router-compat`.
 
 mod common;
 mod events_client;
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::{tiny, Options};
 use events_client::node::{put, with_events, zmq_endpoint};
-use events_client::vllm::{decode, hex_bytes, replay, runtime, Consumer, KvEvent};
+use events_client::zmq::{events, fallback_hash, replay, runtime, Held, Seen};
 use events_client::{blocks, open, EVENT_TIMEOUT};
 use zeromq::{DealerSocket, ReqSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
 
@@ -53,27 +55,28 @@ fn a_zmq_consumer_decodes_published_batches_and_replays_through_the_router() {
     let first_seq = u64::from_be_bytes(first[1][..].try_into().unwrap());
     assert!(first_seq >= 1);
 
-    let mut c = Consumer::default();
-    let missed = rt.block_on(replay(&replay_ep, 0));
+    let mut c = Held::default();
+    let missed = rt.block_on(replay(&replay_ep, None, 0));
     assert_eq!(
         node.metric("kvfabric_event_replays_total{node=\"n1\"}"),
         1.0
     );
-    for (seq, payload) in missed.iter().take_while(|(s, _)| *s < first_seq) {
-        c.apply(*seq, &decode(payload).1);
+    assert!(missed.iter().all(|(topic, _, _)| topic == "kvfabric.n1"));
+    for (_, seq, payload) in missed.iter().take_while(|(_, s, _)| *s < first_seq) {
+        c.apply(*seq, &events(payload).1);
     }
-    let (ts, events) = decode(&first[2]);
+    let (ts, first_events) = events(&first[2]);
     assert!(ts > 1.6e9, "a Unix timestamp: {ts}");
-    c.apply(first_seq, &events);
+    c.apply(first_seq, &first_events);
     // The first batch of the epoch cleared a fresh node's (empty) state.
-    assert_eq!(decode(&missed[0].1).1, [KvEvent::AllCleared]);
+    assert_eq!(events(&missed[0].2).1[0].kind, "AllBlocksCleared");
 
     // Live: a delete and a put, decoded with their fields.
     let gone = put_ids[0].clone();
     assert_eq!(node.delete(None, &format!("/v1/blocks/{gone}")).status, 204);
     let fresh = put(&node, None, 1000);
     put_ids.push(fresh.clone());
-    let live: Vec<(u64, Vec<KvEvent>)> = rt.block_on(async {
+    let live: Vec<(u64, Vec<Seen>)> = rt.block_on(async {
         let mut out = Vec::new();
         for _ in 0..2 {
             let m = tokio::time::timeout(EVENT_TIMEOUT, sub.recv())
@@ -84,31 +87,36 @@ fn a_zmq_consumer_decodes_published_batches_and_replays_through_the_router() {
             assert_eq!(&m[0][..], b"kvfabric.n1");
             out.push((
                 u64::from_be_bytes(m[1][..].try_into().unwrap()),
-                decode(&m[2]).1,
+                events(&m[2]).1,
             ));
         }
         out
     });
     assert_eq!(
         live[0].1,
-        [KvEvent::Removed {
-            hashes: vec![hex_bytes(&gone)],
+        [Seen {
+            kind: "BlockRemoved".into(),
+            hashes: vec![fallback_hash(&gone)],
             medium: Some("CPU".into()),
         }]
     );
     assert_eq!(
         live[1].1,
-        [KvEvent::Stored {
-            hashes: vec![hex_bytes(&fresh)],
-            block_size: u64::from(tiny().block_tokens()),
+        [Seen {
+            kind: "BlockStored".into(),
+            hashes: vec![fallback_hash(&fresh)],
             medium: Some("CPU".into()),
         }]
     );
-    for (seq, events) in &live {
-        c.apply(*seq, events);
+    for (seq, evs) in &live {
+        c.apply(*seq, evs);
     }
-    let expected: BTreeSet<String> = put_ids.iter().filter(|i| **i != gone).cloned().collect();
-    assert_eq!(c.held, expected);
+    let expected: BTreeSet<u64> = put_ids
+        .iter()
+        .filter(|i| **i != gone)
+        .map(|i| fallback_hash(i))
+        .collect();
+    assert_eq!(c.hashes, expected);
 
     // Malformed replay requests are counted and ignored; the socket still serves.
     rt.block_on(async {
@@ -119,7 +127,7 @@ fn a_zmq_consumer_decodes_published_batches_and_replays_through_the_router() {
             .await
             .unwrap();
     });
-    let all = rt.block_on(replay(&replay_ep, 0));
+    let all = rt.block_on(replay(&replay_ep, None, 0));
     assert_eq!(all.len() as u64, c.next_seq);
     let deadline = Instant::now() + EVENT_TIMEOUT;
     while node.metric("kvfabric_event_zmq_bad_requests_total{node=\"n1\"}") < 1.0 {
@@ -127,8 +135,8 @@ fn a_zmq_consumer_decodes_published_batches_and_replays_through_the_router() {
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    // A REQ socket, as vLLM's example subscriber uses: one 8-byte request frame; asking from
-    // the next sequence number gets the end marker alone.
+    // A REQ socket: one 8-byte request frame; asking from the next sequence number gets the
+    // end marker alone (`["", -1, ""]` after the REQ strips the delimiter).
     let end = rt.block_on(async {
         let mut req = ReqSocket::new();
         req.connect(&replay_ep).await.unwrap();
@@ -141,9 +149,9 @@ fn a_zmq_consumer_decodes_published_batches_and_replays_through_the_router() {
             .unwrap()
             .into_vec()
     });
-    assert_eq!(end.len(), 2, "[seq, payload]");
-    assert_eq!(i64::from_be_bytes(end[0][..].try_into().unwrap()), -1);
-    assert!(end[1].is_empty());
+    assert_eq!(end.len(), 3, "[topic, seq, payload]");
+    assert_eq!(i64::from_be_bytes(end[1][..].try_into().unwrap()), -1);
+    assert!(end[0].is_empty() && end[2].is_empty());
     node.assert_serving(4242);
 }
 
@@ -163,11 +171,13 @@ fn a_restarted_node_announces_a_new_epoch_and_consumers_rebuild_its_state() {
     ));
     let ids: Vec<String> = (1..=3).map(|seed| put(&node, None, seed)).collect();
     let rt = runtime();
-    let mut c = Consumer::default();
-    for (seq, payload) in rt.block_on(replay(&zmq_endpoint(&node, "ZeroMQ replay bound"), 0)) {
-        c.apply(seq, &decode(&payload).1);
+    let mut c = Held::default();
+    for (_, seq, payload) in
+        rt.block_on(replay(&zmq_endpoint(&node, "ZeroMQ replay bound"), None, 0))
+    {
+        c.apply(seq, &events(&payload).1);
     }
-    assert_eq!(c.held, ids.iter().cloned().collect());
+    assert_eq!(c.hashes, ids.iter().map(|i| fallback_hash(i)).collect());
     let epoch = open(&node.url, None, "?since=0", &[]).unwrap().next().data["epoch"]
         .as_u64()
         .unwrap();
@@ -194,23 +204,31 @@ fn a_restarted_node_announces_a_new_epoch_and_consumers_rebuild_its_state() {
     // ZeroMQ: the consumer sees seq restart at 0 with AllBlocksCleared, then what the node
     // holds after recovery; applying it leaves exactly the recovered blocks (the one in RAM
     // at the kill is gone).
-    let batches = rt.block_on(replay(&zmq_endpoint(&node, "ZeroMQ replay bound"), 0));
-    let (seq, payload) = &batches[0];
+    let batches = rt.block_on(replay(&zmq_endpoint(&node, "ZeroMQ replay bound"), None, 0));
+    let (_, seq, payload) = &batches[0];
     assert_eq!(*seq, 0);
-    let events = decode(payload).1;
-    assert_eq!(events[0], KvEvent::AllCleared);
-    assert!(events[1..]
+    let first = events(payload).1;
+    assert_eq!(first[0].kind, "AllBlocksCleared");
+    assert!(first[1..]
         .iter()
-        .all(|e| matches!(e, KvEvent::Stored { medium: Some(m), .. } if m == "DISK")));
+        .all(|e| e.kind == "BlockStored" && e.medium.as_deref() == Some("STORAGE")));
     c.next_seq = 0;
-    for (seq, payload) in &batches {
-        c.apply(*seq, &decode(payload).1);
+    for (_, seq, payload) in &batches {
+        c.apply(*seq, &events(payload).1);
     }
-    assert_eq!(c.held, ids[..2].iter().cloned().collect());
     assert_eq!(
-        blocks(&recovered).into_iter().collect::<BTreeSet<_>>(),
-        c.held
+        c.hashes,
+        ids[..2].iter().map(|i| fallback_hash(i)).collect()
     );
+    assert_eq!(
+        blocks(&recovered)
+            .iter()
+            .map(|i| fallback_hash(i))
+            .collect::<BTreeSet<_>>(),
+        c.hashes
+    );
+    // A recovered block keeps its token count.
+    assert_eq!(recovered.data["block_tokens"], g.block_tokens());
     for id in &ids[..2] {
         assert_eq!(node.get(None, &format!("/v1/blocks/{id}"), &[]).status, 200);
     }

@@ -20,6 +20,9 @@ pub mod chunk;
 pub mod dtype;
 pub mod error;
 pub mod eviction;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod geometry;
 pub mod handle;
 pub mod hash_parallel;

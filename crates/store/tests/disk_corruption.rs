@@ -1,5 +1,6 @@
 //! Disk tier under corrupted bytes: a flipped payload is quarantined and never served; a
-//! flipped entry header is skipped at open and the entries after it survive.
+//! flipped entry header is skipped at open and the entries after it survive; a quarantined or
+//! torn last entry is cut together with the bytes skipped before it.
 
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -179,4 +180,51 @@ fn disk_flipped_last_payload_is_quarantined_at_open() {
         "appended where the quarantined entry was"
     );
     assert_eq!(tier.read(&h, &id).expect("read"), bytes);
+}
+
+/// Found by the `disk_recover` fuzz target: a garbled header right before a last entry that
+/// open quarantines, or before a torn one, used to stay behind as the segment's tail: new
+/// blocks went after it (to be skipped again at every open), and with nothing after it the
+/// next open cut it as a torn tail.
+#[test]
+fn disk_cut_at_open_takes_the_skipped_bytes_before_the_last_entry() {
+    for torn in [false, true] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut tier, _) = DiskTier::open(config(dir.path())).expect("open");
+        let blocks = five(&mut tier);
+        let path = tier.segment_path(blocks[0].0.region).expect("segment");
+        drop(tier);
+        flip(&path, blocks[3].0.offset - ENTRY_HEADER_LEN + 40);
+        if torn {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .expect("open");
+            f.set_len(blocks[4].0.offset + 10).expect("cut");
+        } else {
+            flip(&path, blocks[4].0.offset + 7);
+        }
+
+        let (mut tier, recovered) = DiskTier::open(config(dir.path())).expect("reopen");
+        let c = tier.counters();
+        let cut = (c.headers_skipped, c.quarantined, c.torn_tails_truncated);
+        assert_eq!(cut, (1, u64::from(!torn), u64::from(torn)), "torn {torn}");
+        assert_eq!(recovered.len(), 3, "blocks 0, 1 and 2");
+        let (id, ns, bytes) = block(99, 1000);
+        let h = tier.write(&id, &ns, &bytes).expect("write");
+        assert_eq!(
+            h.offset, blocks[3].0.offset,
+            "appended where the skipped entry began"
+        );
+        drop(tier);
+
+        let (mut tier, recovered) = DiskTier::open(config(dir.path())).expect("open again");
+        assert_eq!(
+            tier.counters().torn_tails_truncated,
+            0,
+            "no tail left to cut"
+        );
+        assert_eq!(recovered.last().map(|r| r.handle), Some(h));
+        assert_eq!(tier.read(&h, &id).expect("read"), bytes);
+    }
 }

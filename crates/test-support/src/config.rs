@@ -171,6 +171,9 @@ pub struct EventsSection {
     /// The ZeroMQ topic.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic: Option<String>,
+    /// Any other `[events]` key, as a TOML value (e.g. from `cluster up --events-set`).
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, toml::Value>,
 }
 
 /// `[arenas]` (every key optional).

@@ -36,6 +36,7 @@ class SaveSpec:
     engine_hashes: list[bytes | int]
     parent_hash: bytes | int | None
     lora_id: int | None
+    lora_name: str | None = None
 
 
 @dataclass

@@ -187,6 +187,7 @@ class SchedulerSide:
         keys = self.keys(req, complete)
         hashes = list(req.block_hashes)
         lora = getattr(req.lora_request, "lora_int_id", None) if req.lora_request else None
+        lora_name = getattr(req.lora_request, "lora_name", None) if req.lora_request else None
         out = []
         for c in range(t.saved, complete):
             first, last = c * n // p, ((c + 1) * n - 1) // p
@@ -201,6 +202,7 @@ class SchedulerSide:
                     engine_hashes=hashes[first : last + 1],
                     parent_hash=hashes[first - 1] if 0 < first <= len(hashes) else None,
                     lora_id=lora,
+                    lora_name=lora_name,
                 )
             )
         t.saved = complete

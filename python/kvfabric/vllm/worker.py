@@ -136,6 +136,7 @@ class WorkerSide:
                 self.page_tokens,
                 spec.token_ids,
                 spec.lora_id,
+                spec.lora_name,
             )
             self.client.put(buf, self.model.name, chunk_key=spec.key, engine=engine)
         except Exception as e:  # a lost save is a future miss, never a crashed step

@@ -6,7 +6,9 @@
 //! body of at most [`CONTROL_FRAME_BYTES_MAX`] bytes each way. Requests:
 //! [`ControlRequest::Replicate`], "fetch block `block` of `namespace` from member `from` over
 //! the block transport, verify, install, register yourself as an owner, then answer", and
-//! [`ControlRequest::Usage`], "report your tiers (and the bandwidths you measured)".
+//! [`ControlRequest::Usage`], "report your tiers (and the bandwidths you measured)",
+//! [`ControlRequest::Events`], "send your event batches from here" (the cluster feed), and
+//! [`ControlRequest::BlockInfo`], "what do your events say of this block".
 
 use kvfabric_store::{BlockId, NamespaceKey};
 use serde::{Deserialize, Serialize};
@@ -32,6 +34,25 @@ pub enum ControlRequest {
     },
     /// Report this member's tiers.
     Usage,
+    /// Send the batches of this member's event log from `since` of `epoch` (its current
+    /// epoch from the start when `epoch` is another), from event `first` of the first one
+    /// (`events::poll`).
+    Events {
+        /// The epoch the caller has.
+        epoch: u64,
+        /// The first sequence number it lacks.
+        since: u64,
+        /// Events of that batch it already has.
+        first: u32,
+    },
+    /// What this member's events say of `block` (its token count and engine identity), for
+    /// a member that takes a copy of it.
+    BlockInfo {
+        /// The namespace it was sealed in.
+        namespace: NamespaceKey,
+        /// The block.
+        block: BlockId,
+    },
 }
 
 /// One tier of a member, as `GET /v1/cluster` shows it.
@@ -64,6 +85,13 @@ pub enum ControlResponse {
         /// member that predates them).
         #[serde(default)]
         inbound: Vec<crate::cluster::bandwidth::InboundLink>,
+    },
+    /// The batches asked for.
+    Events(crate::events::poll::PollReply),
+    /// What the events say of the block (none: not held here).
+    BlockInfo {
+        /// Its info.
+        info: Option<crate::events::BlockInfo>,
     },
     /// The request was refused or failed.
     Refused {

@@ -80,8 +80,9 @@ impl ControlServer {
                     block.bytes().len() as u64,
                     started.elapsed(),
                 );
+                let engine = crate::events::poll::peer_engine(&cluster, NodeId(from), ns, id).await;
                 local
-                    .install(&block)
+                    .install_with(&block, engine)
                     .map_err(|e| ("store", e.to_string()))?
             }
         };
@@ -115,6 +116,22 @@ impl ControlHandler for ControlServer {
                             message,
                         }
                     }
+                },
+                ControlRequest::Events {
+                    epoch,
+                    since,
+                    first,
+                } => match self.local.event_log() {
+                    Ok(Some(log)) => ControlResponse::Events(crate::events::poll::serve(
+                        &log, epoch, since, first,
+                    )),
+                    _ => ControlResponse::Refused {
+                        code: "no_events".to_owned(),
+                        message: "this member's event log is not open".to_owned(),
+                    },
+                },
+                ControlRequest::BlockInfo { namespace, block } => ControlResponse::BlockInfo {
+                    info: self.local.info(&namespace, &block).ok().flatten(),
                 },
                 ControlRequest::Usage => ControlResponse::Usage {
                     tiers: self.usage(),

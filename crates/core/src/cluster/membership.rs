@@ -72,6 +72,7 @@ impl Incarnation {
 pub(crate) async fn run(cluster: Arc<Cluster>) {
     let me = NodeId(cluster.me.0);
     let retry = Duration::from_millis(RETRY_MS);
+    let mut ended: Option<Epoch> = None;
     loop {
         let epoch = loop {
             match cluster.directory.join(me).await {
@@ -97,6 +98,12 @@ pub(crate) async fn run(cluster: Arc<Cluster>) {
                         .incarnation
                         .registered
                         .store(true, Ordering::Release);
+                    if let Some(old) = ended.take() {
+                        // Event consumers cleared this node when its lease expired.
+                        if let Err(e) = cluster.local.reannounce(cluster.me, old.0) {
+                            tracing::warn!(error = %e, "re-announcing what is held failed");
+                        }
+                    }
                     break;
                 }
                 Err(e) => {
@@ -111,6 +118,7 @@ pub(crate) async fn run(cluster: Arc<Cluster>) {
                 Ok(_) => {}
                 Err(DirectoryError::Rejected(r)) => {
                     tracing::warn!(reason = ?r, "lease renewal rejected; joining again");
+                    ended = Some(epoch);
                     break;
                 }
                 Err(e) => tracing::info!(error = %e, "renewing the lease; will retry"),

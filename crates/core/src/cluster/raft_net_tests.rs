@@ -107,6 +107,12 @@ impl ControlHandler for Answer {
                     tiers: Vec::new(),
                     inbound: Vec::new(),
                 },
+                ControlRequest::Events { .. } | ControlRequest::BlockInfo { .. } => {
+                    ControlResponse::Refused {
+                        code: "unsupported".into(),
+                        message: "not in this test".into(),
+                    }
+                }
             }
         })
     }

@@ -96,7 +96,8 @@ impl Cluster {
         let source = source?;
         self.bandwidth
             .record(source, f.block.bytes().len() as u64, elapsed);
-        let tier = match self.local.install(&f.block) {
+        let engine = crate::events::poll::peer_engine(self, source, f.block.namespace(), id).await;
+        let tier = match self.local.install_with(&f.block, engine) {
             Ok(t) => t,
             Err(e) => {
                 tracing::warn!(block = %id, error = %e, "installing a fetched block failed");

@@ -1,20 +1,28 @@
 //! KV events: one [`EventLog`] per node, fed by the local side (`crate::local`) whenever what
-//! the node holds changes, read by `GET /v1/events` (Server-Sent Events, `http::routes::events`)
-//! and by the optional ZeroMQ publisher of vLLM-compatible KV events ([`zmq`]).
+//! the node holds changes, read by `GET /v1/events` (Server-Sent Events, in the node crate)
+//! and by the node's optional ZeroMQ sockets, in vLLM 0.33.0's wire ([`wire`]).
 //!
 //! The log is a bounded ring of [`Batch`]es with gap-free sequence numbers (0, 1, 2, … within
 //! one epoch), a broadcast to live subscribers, and the node's epoch ([`epoch`]): a counter
 //! persisted in `data_dir` that grows on every start. Sequence numbers restart at 0 with each
 //! epoch (as a restarted vLLM engine's do); the first batch of an epoch (seq 0) announces it:
 //! an [`EventKind::Epoch`] (`AllBlocksCleared` on the ZeroMQ wire) followed by
-//! [`EventKind::Stored`] events per tier and namespace for the blocks recovered from disk, so a
-//! consumer that drops its state for the node on that batch ends up with the node's state.
+//! [`EventKind::Stored`] events for the blocks recovered from disk, so a consumer that drops
+//! its state for the node on that batch ends up with the node's state.
 //! On a cluster node, [`node_down`] adds an [`EventKind::NodeDown`] when a member's lease
 //! expires in the directory.
+//!
+//! What a block is published under ([`engine`]): the engine identity its put carried (page
+//! hashes, parent, token ids, LoRA, group), else a hash of its id; always its token count.
+//! [`cluster`] is the cluster feed (every member's batches in one stream), filled by the
+//! control-channel polls of [`poll`].
 
+pub mod cluster;
+pub mod engine;
 pub mod epoch;
 mod metrics;
 pub mod node_down;
+pub mod poll;
 pub mod wire;
 
 use std::collections::VecDeque;
@@ -23,8 +31,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use kvfabric_store::{BlockId, NamespaceKey, Tier};
+use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, watch};
 
+pub use engine::{BlockInfo, EngineBlock, EngineHash};
 pub use metrics::EventMetrics;
 
 use crate::ids::{ChunkKey, NodeId};
@@ -34,7 +44,8 @@ use crate::ids::{ChunkKey, NodeId};
 pub const BROADCAST_MAX: usize = 1024;
 
 /// What one event says.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum EventKind {
     /// The node started a new epoch: whatever a consumer knew of it is void.
     Epoch,
@@ -44,12 +55,12 @@ pub enum EventKind {
         namespace: NamespaceKey,
         /// Where they sit.
         tier: Tier,
-        /// Their ids.
+        /// Their ids (exactly one when `info` carries an engine record).
         ids: Vec<BlockId>,
         /// The first chunk key the put named (its prefix key when it gave one), if any.
         chunk_key: Option<ChunkKey>,
-        /// Tokens per block of the model, when the producer knows it (0: unknown).
-        block_tokens: u32,
+        /// Their token count and, for one block put by an engine, its engine identity.
+        info: BlockInfo,
     },
     /// Blocks no longer held in `namespace` (on `tier` when known).
     Removed {
@@ -57,11 +68,15 @@ pub enum EventKind {
         namespace: NamespaceKey,
         /// Where they sat (`None`: their slots were already gone, e.g. quarantined).
         tier: Option<Tier>,
-        /// Their ids.
+        /// Their ids (exactly one when `engine` is set).
         ids: Vec<BlockId>,
+        /// The engine identity the block was published under, so the removal names the
+        /// same hashes as the store did.
+        engine: Option<Arc<EngineBlock>>,
     },
-    /// Another member's (or this node's) lease expired in the directory: its ownership
-    /// records were purged ([`node_down`]).
+    /// A member's lease expired in the directory: its ownership records were purged
+    /// ([`node_down`]). On the ZeroMQ wire of the member's own stream (the cluster feed,
+    /// [`cluster`]) it is an `AllBlocksCleared`; on any other node's stream it has no event.
     NodeDown {
         /// The member.
         node: NodeId,
@@ -105,6 +120,9 @@ struct Ring {
 
 /// Where a subscriber starts: what is still in the ring from its start, then live batches.
 pub struct Subscription {
+    /// The sequence number of the first batch this subscriber gets: `since`, or for a live
+    /// subscription the next one to be published.
+    pub next: u64,
     /// Buffered batches with `seq >= since`, in order.
     pub replay: Vec<Arc<Batch>>,
     /// Batches published after the snapshot.
@@ -173,7 +191,7 @@ impl EventLog {
         let ts = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
-        let payload = wire::encode_batch(ts, &events);
+        let payload = wire::encode_batch(ts, &events, self.node);
         let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
         let seq = ring.next_seq;
         ring.next_seq += 1;
@@ -211,6 +229,7 @@ impl EventLog {
                 .collect(),
         };
         Ok(Subscription {
+            next: since.unwrap_or(ring.next_seq),
             replay,
             live: self.tx.subscribe(),
             closed: self.closed.subscribe(),

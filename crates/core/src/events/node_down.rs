@@ -1,7 +1,8 @@
 //! `node_down`: on a cluster node, a watcher of this node's replica of the directory that
 //! publishes an [`EventKind::NodeDown`] when it sees a member's lease expire (the directory
 //! marked it expired and purged its ownership records). Only transitions seen while this
-//! node runs are reported: a member already expired when the watcher starts is not.
+//! node runs are reported: a member already expired when the watcher starts is not, nor is
+//! this node itself (its own expiry ends in a re-announcement, `LocalNode::reannounce`).
 //!
 //! The event has no vLLM counterpart: on the ZeroMQ wire its batch carries no event (the
 //! sequence number still advances, so the stream stays gap-free).
@@ -42,7 +43,10 @@ pub(crate) fn spawn(cluster: Arc<Cluster>, log: Arc<EventLog>) -> JoinHandle<()>
                     Some((_, was_live)) => was_live && !live,
                     None => !first && !live,
                 };
-                if went_down {
+                // Not this node itself: it learns of its own expiry when its renewal is refused,
+                // joins again and re-announces what it holds (`membership`), and a clear of its
+                // own stream published after that re-announcement would contradict it.
+                if went_down && id != log.node().0 {
                     events.push(EventKind::NodeDown {
                         node: NodeId(id),
                         epoch,

@@ -12,7 +12,7 @@ fn stored(n: u8) -> EventKind {
         tier: Tier::Host,
         ids: vec![BlockId([n; 32])],
         chunk_key: None,
-        block_tokens: 64,
+        info: BlockInfo::tokens(64),
     }
 }
 
@@ -64,22 +64,71 @@ fn close_ends_subscriptions() {
     assert!(*sub.closed.borrow());
 }
 
+fn field<'a>(event: &'a Value, name: &str) -> Option<&'a Value> {
+    event
+        .as_map()
+        .expect("an event is a map")
+        .iter()
+        .find(|(k, _)| k.as_str() == Some(name))
+        .map(|(_, v)| v)
+}
+
+fn keys(event: &Value) -> Vec<&str> {
+    event
+        .as_map()
+        .unwrap()
+        .iter()
+        .map(|(k, _)| k.as_str().unwrap())
+        .collect()
+}
+
 #[test]
-fn the_payload_is_a_vllm_kv_event_batch() {
+fn the_payload_is_a_vllm_0_33_kv_event_batch_of_tagged_maps() {
     let l = log(2);
     let id = BlockId([5; 32]);
+    let engine = Arc::new(EngineBlock {
+        engine: "vllm/0.33.0".into(),
+        page_hashes: vec![EngineHash::Int(11), EngineHash::Bytes(vec![0, 0, 1, 2])],
+        parent: Some(EngineHash::Int(u64::MAX)),
+        page_tokens: 32,
+        token_ids: (0..64).collect(),
+        lora_id: Some(3),
+        lora_name: Some("adapter".into()),
+        group_idx: Some(1),
+        kv_cache_spec_kind: Some("mla_attention".into()),
+    });
     l.publish(vec![
         EventKind::Epoch,
         stored(5),
+        EventKind::Stored {
+            namespace: NamespaceKey::derive("a"),
+            tier: Tier::Gpu,
+            ids: vec![id],
+            chunk_key: None,
+            info: BlockInfo {
+                block_tokens: 64,
+                engine: Some(engine.clone()),
+            },
+        },
         EventKind::Removed {
             namespace: NamespaceKey::derive("a"),
             tier: Some(Tier::Disk),
             ids: vec![id],
+            engine: Some(engine),
         },
         EventKind::Removed {
             namespace: NamespaceKey::derive("a"),
             tier: None,
             ids: vec![id],
+            engine: None,
+        },
+        EventKind::NodeDown {
+            node: NodeId(3),
+            epoch: 2,
+        },
+        EventKind::NodeDown {
+            node: NodeId(1),
+            epoch: 4,
         },
     ]);
     let b = &l.buffered_from(0)[0];
@@ -89,31 +138,86 @@ fn the_payload_is_a_vllm_kv_event_batch() {
     };
     assert_eq!(batch.len(), 3);
     assert_eq!(batch[0].as_f64(), Some(b.ts));
-    assert_eq!(batch[2], Value::Nil);
+    assert_eq!(batch[2], Value::from(0));
     let events = batch[1].as_array().unwrap();
+    // NodeDown of another node has no event; of the stream's own node it clears it.
+    assert_eq!(events.len(), 6);
+    assert_eq!(keys(&events[0]), ["type"]);
     assert_eq!(
-        events[0],
-        Value::Array(vec![Value::from("AllBlocksCleared")])
+        field(&events[0], "type"),
+        Some(&Value::from("AllBlocksCleared"))
+    );
+    // Without an engine identity: one hash from the id, the block's token count, no tokens.
+    assert_eq!(
+        keys(&events[1]),
+        [
+            "type",
+            "block_hashes",
+            "parent_block_hash",
+            "token_ids",
+            "block_size",
+            "lora_id",
+            "medium",
+            "lora_name",
+            "group_idx",
+            "locality"
+        ]
+    );
+    let fallback = u64::from_be_bytes([5; 8]);
+    assert_eq!(
+        field(&events[1], "block_hashes"),
+        Some(&Value::Array(vec![Value::from(fallback)]))
+    );
+    assert_eq!(field(&events[1], "block_size"), Some(&Value::from(64)));
+    assert_eq!(field(&events[1], "token_ids"), Some(&Value::Array(vec![])));
+    assert_eq!(field(&events[1], "medium"), Some(&Value::from("CPU")));
+    assert_eq!(field(&events[1], "locality"), Some(&Value::from("LOCAL")));
+    assert_eq!(field(&events[1], "parent_block_hash"), Some(&Value::Nil));
+    // With one: the engine's hashes, parent, tokens, LoRA, group and kind; tokens per hash.
+    let e = &events[2];
+    assert_eq!(
+        field(e, "block_hashes"),
+        Some(&Value::Array(vec![Value::from(11), Value::from(0x0102)]))
+    );
+    assert_eq!(field(e, "parent_block_hash"), Some(&Value::from(u64::MAX)));
+    assert_eq!(field(e, "block_size"), Some(&Value::from(32)));
+    assert_eq!(field(e, "token_ids").unwrap().as_array().unwrap().len(), 64);
+    assert_eq!(field(e, "lora_id"), Some(&Value::from(3)));
+    assert_eq!(field(e, "lora_name"), Some(&Value::from("adapter")));
+    assert_eq!(field(e, "group_idx"), Some(&Value::from(1)));
+    assert_eq!(
+        field(e, "kv_cache_spec_kind"),
+        Some(&Value::from("mla_attention"))
+    );
+    assert_eq!(field(e, "medium"), Some(&Value::from("GPU")));
+    // Removals name the hashes the store named.
+    assert_eq!(
+        keys(&events[3]),
+        ["type", "block_hashes", "medium", "group_idx", "locality"]
+    );
+    assert_eq!(field(&events[3], "block_hashes"), field(e, "block_hashes"));
+    assert_eq!(field(&events[3], "medium"), Some(&Value::from("STORAGE")));
+    assert_eq!(field(&events[4], "medium"), Some(&Value::Nil));
+    assert_eq!(
+        field(&events[4], "block_hashes"),
+        Some(&Value::Array(vec![Value::from(fallback)]))
     );
     assert_eq!(
-        events[1],
-        Value::Array(vec![
-            Value::from("BlockStored"),
-            Value::Array(vec![Value::Binary(vec![5; 32])]),
-            Value::Nil,
-            Value::Array(vec![]),
-            Value::from(64),
-            Value::Nil,
-            Value::from("CPU"),
-        ])
+        field(&events[5], "type"),
+        Some(&Value::from("AllBlocksCleared"))
     );
-    assert_eq!(
-        events[2],
-        Value::Array(vec![
-            Value::from("BlockRemoved"),
-            Value::Array(vec![Value::Binary(vec![5; 32])]),
-            Value::from("DISK"),
-        ])
-    );
-    assert_eq!(events[3].as_array().unwrap()[2], Value::Nil);
+}
+
+#[test]
+fn a_live_subscription_starts_at_the_next_sequence_number() {
+    let l = log(4);
+    for i in 0..3u8 {
+        l.publish(vec![stored(i)]);
+    }
+    let mut sub = l.subscribe(None).unwrap();
+    assert_eq!(sub.next, 3);
+    assert!(sub.replay.is_empty());
+    l.publish(vec![stored(7)]);
+    assert_eq!(sub.live.try_recv().unwrap().seq, sub.next);
+    assert_eq!(l.subscribe(Some(1)).unwrap().next, 1);
 }

@@ -31,6 +31,7 @@ pub use view::{opening, tier_infos, ClusterInfo, MemberInfo, TierInfo};
 
 use crate::cluster::{Cluster, ClusterError};
 use crate::config::{ClusterConfig, RouteConfig};
+use crate::events::cluster::ClusterFeed;
 use crate::events::EventLog;
 use crate::ids::NodeId;
 use crate::local::LocalNode;
@@ -53,6 +54,9 @@ pub struct FabricParts {
     pub local: Arc<LocalNode>,
     /// The node's event log (a cluster member adds `node_down` events to it).
     pub events: Arc<EventLog>,
+    /// The cluster feed, when this node runs one (`events.cluster_feed`): a cluster member
+    /// polls every other member's log into it.
+    pub feed: Option<Arc<ClusterFeed>>,
     /// Bounds of the per-request arenas.
     pub arenas: ArenaLimits,
 }
@@ -100,6 +104,9 @@ impl Fabric {
         .await?;
         cluster.run_membership();
         crate::events::node_down::spawn(cluster.clone(), parts.events.clone());
+        if let Some(feed) = &parts.feed {
+            crate::events::poll::spawn(cluster.clone(), feed.clone(), parts.events.closed());
+        }
         Ok(Fabric {
             me: parts.me,
             api: parts.api,

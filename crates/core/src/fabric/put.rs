@@ -12,12 +12,14 @@
 //! room is never leaked.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use kvfabric_store::{BlockId, ByteCount, Dedup, NamespaceKey, PutForm, Tier};
 
 use super::Fabric;
 use crate::error::FabricError;
+use crate::events::{BlockInfo, EngineBlock};
 use crate::ids::ChunkKey;
 use crate::local::{PutError, PutSession};
 use crate::presets::Model;
@@ -44,6 +46,9 @@ pub struct PutRequest<'a> {
     pub form: PutForm,
     /// The chunk keys naming the block (a prefix key, a position-independent key).
     pub chunk_keys: Vec<ChunkKey>,
+    /// The engine's identity of the block (checked against the model's block tokens), for
+    /// the events routers index it by.
+    pub engine: Option<Arc<EngineBlock>>,
 }
 
 /// An acknowledged put.
@@ -93,6 +98,11 @@ impl Fabric {
     ) -> Result<PutDone, PutFailure<B::Error>> {
         let g = &req.model.geometry;
         let expected = req.model.layout.payload_len;
+        let info = BlockInfo {
+            block_tokens: req.model.layout.block_tokens,
+            engine: req.engine.clone(),
+        };
+        info.check().map_err(FabricError::EngineBlock)?;
         let mut session = PutSession::begin(&self.local, g, expected).map_err(FabricError::from)?;
         while let Some(piece) = body.next_piece().await.map_err(PutFailure::Body)? {
             match session.write(&piece) {
@@ -104,7 +114,7 @@ impl Fabric {
                 Err(PutError::Local(e)) => return Err(FabricError::from(e).into()),
             }
         }
-        let sealed = match session.seal(req.ns, g, req.form, &req.chunk_keys) {
+        let sealed = match session.seal(req.ns, g, req.form, &req.chunk_keys, info) {
             Ok(s) => s,
             Err(PutError::Length { expected, found }) => {
                 return Err(FabricError::PayloadLength { expected, found }.into())

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 
 use kvfabric_store::{BlockId, NamespaceKey, SlotId};
 
+use crate::events::BlockInfo;
 use crate::ids::ChunkKey;
 
 /// Chunk keys remembered per held block; a new key beyond this replaces the oldest one.
@@ -21,6 +22,9 @@ pub(crate) struct HeldBlock {
     pub(crate) slots: Vec<SlotId>,
     /// Chunk keys recorded for it, oldest first, at most [`CHUNK_KEYS_PER_BLOCK_MAX`].
     pub(crate) chunk_keys: Vec<ChunkKey>,
+    /// What its events say of it (token count, engine identity): set when it is first held
+    /// and kept while it is, so its removal names the hashes its store named.
+    pub(crate) info: Option<BlockInfo>,
 }
 
 /// The held blocks of this node.
@@ -65,6 +69,18 @@ impl Held {
     /// Forgets a block, handing back its slots and chunk keys.
     pub(crate) fn remove(&mut self, ns: &NamespaceKey, id: &BlockId) -> Option<HeldBlock> {
         self.map.remove(&(*ns, *id))
+    }
+
+    /// The events' view of a held block.
+    pub(crate) fn info(&self, ns: &NamespaceKey, id: &BlockId) -> Option<&BlockInfo> {
+        self.map.get(&(*ns, *id)).and_then(|b| b.info.as_ref())
+    }
+
+    /// Every held block with its namespace and info (for the block-info log).
+    pub(crate) fn infos(&self) -> impl Iterator<Item = (&NamespaceKey, &BlockId, &BlockInfo)> {
+        self.map
+            .iter()
+            .filter_map(|((ns, id), b)| b.info.as_ref().map(|i| (ns, id, i)))
     }
 
     /// Every held block with its namespace and first slot.

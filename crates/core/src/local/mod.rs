@@ -14,25 +14,29 @@
 
 mod chunks;
 mod held;
+pub mod info_log;
 mod put;
 
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use kvfabric_store::{
-    BlockId, NamespaceKey, SlotId, Store, StoreConfig, StoreCounters, StoreError, Tier, TierMove,
-    TierUsage, VerifiedBlock, HEADER_LEN,
+    BlockHeader, BlockId, NamespaceKey, SlotId, Store, StoreConfig, StoreCounters, StoreError,
+    Tier, TierMove, TierUsage, VerifiedBlock, HEADER_LEN,
 };
 use tokio::sync::mpsc;
 
 pub(crate) use chunks::ChunkIndex;
 pub(crate) use held::Held;
+use info_log::InfoLog;
 pub(crate) use put::{PutError, PutSession};
 
-use crate::events::{EventKind, EventLog};
+use crate::events::{BlockInfo, EngineBlock, EventKind, EventLog};
 use crate::ids::ChunkKey;
 
-/// Most block ids in one `Stored` event of an epoch's announcement (more make more events).
-pub const ANNOUNCE_IDS_MAX: usize = 1024;
+/// Most block ids in one `Stored` event of an epoch's announcement (more make more events;
+/// bounded so that one event fits a poll of the cluster feed, `events::poll`).
+pub const ANNOUNCE_IDS_MAX: usize = 256;
 
 /// What the local side can fail at.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +47,14 @@ pub enum LocalError {
     /// A store call panicked while holding the lock; the store's state is not trusted since.
     #[error("the store lock is poisoned (a store call panicked); restart the node")]
     Poisoned,
+    /// The block-info log could not be opened or rewritten.
+    #[error("block-info log in {dir}: {reason}")]
+    InfoLog {
+        /// Its directory.
+        dir: String,
+        /// What failed.
+        reason: String,
+    },
 }
 
 /// What opening found on disk.
@@ -92,6 +104,8 @@ pub(crate) struct Local {
     /// Where the tier moves of held blocks go besides the event log: the cluster side, which
     /// records them in the directory (set by [`LocalNode::watch_moves`]).
     pub(crate) moves: Option<mpsc::UnboundedSender<TierMove>>,
+    /// Where what the events say of each block is kept across restarts (none: memory only).
+    info_log: Option<InfoLog>,
 }
 
 /// The local side of a node.
@@ -105,7 +119,18 @@ impl LocalNode {
     pub fn open(
         config: StoreConfig,
         namespaces: &[NamespaceKey],
-    ) -> Result<(LocalNode, Recovery), StoreError> {
+    ) -> Result<(LocalNode, Recovery), LocalError> {
+        LocalNode::open_in(config, namespaces, None)
+    }
+
+    /// [`LocalNode::open`], keeping the block-info log ([`info_log`]) in `data_dir`: every
+    /// recovered block gets back the info its events had (a block with no record gets its
+    /// token count from its header), and the log is rewritten with exactly those.
+    pub fn open_in(
+        config: StoreConfig,
+        namespaces: &[NamespaceKey],
+        data_dir: Option<&Path>,
+    ) -> Result<(LocalNode, Recovery), LocalError> {
         let mut store = Store::open(config)?;
         let mut held = Held::default();
         let mut recovery = Recovery::default();
@@ -122,12 +147,37 @@ impl LocalNode {
                 }
             }
         }
+        let info_error = |dir: &Path, e: std::io::Error| LocalError::InfoLog {
+            dir: dir.display().to_string(),
+            reason: e.to_string(),
+        };
+        let (mut info_log, mut infos) = match data_dir {
+            Some(dir) => {
+                let (log, infos) = InfoLog::open(dir).map_err(|e| info_error(dir, e))?;
+                (Some(log), infos)
+            }
+            None => (None, Default::default()),
+        };
+        let keys: Vec<(NamespaceKey, BlockId, kvfabric_store::SlotId)> = held.iter().collect();
+        for (ns, id, slot) in keys {
+            let info = match infos.remove(&(ns, id)) {
+                Some(i) => i,
+                None => BlockInfo::tokens(header_tokens(&mut store, slot)),
+            };
+            if let Some(b) = held.get_mut(&ns, &id) {
+                b.info = Some(info);
+            }
+        }
+        if let (Some(log), Some(dir)) = (&mut info_log, data_dir) {
+            log.rewrite(held.infos()).map_err(|e| info_error(dir, e))?;
+        }
         let local = Local {
             store,
             held,
             chunks: ChunkIndex::default(),
             events: None,
             moves: None,
+            info_log,
         };
         Ok((
             LocalNode {
@@ -289,6 +339,25 @@ impl LocalNode {
     /// Installs a block that arrived verified from a peer and holds it (a block already held
     /// gives back the spare reference); returns the tier it sits in.
     pub fn install(&self, block: &VerifiedBlock) -> Result<Tier, LocalError> {
+        self.install_with(block, None)
+    }
+
+    /// [`LocalNode::install`] with the engine identity the peer had for it (checked against
+    /// the block's token count; one that does not fit is dropped): its `Stored` event carries
+    /// the block's token count (from its header) and that identity.
+    pub fn install_with(
+        &self,
+        block: &VerifiedBlock,
+        engine: Option<Arc<EngineBlock>>,
+    ) -> Result<Tier, LocalError> {
+        let tokens = BlockHeader::decode(block.bytes()).map_or(0, |h| h.tokens);
+        let mut info = BlockInfo {
+            block_tokens: tokens,
+            engine,
+        };
+        if info.check().is_err() {
+            info.engine = None;
+        }
         self.with(|l| {
             let s = l.store.install(block)?;
             let tier = l.store.handle(s.slot)?.tier;
@@ -298,12 +367,13 @@ impl LocalNode {
                 l.store.release(s.slot)?;
             }
             if newly {
+                l.set_info(ns, s.id, info);
                 l.emit(EventKind::Stored {
                     namespace: ns,
                     tier,
                     ids: vec![s.id],
                     chunk_key: None,
-                    block_tokens: 0,
+                    info: l.info_of(&ns, &s.id),
                 });
             }
             Ok(tier)
@@ -333,33 +403,34 @@ impl LocalNode {
     }
 
     /// Attaches the event log and publishes its epoch's first batch: the epoch, then what is
-    /// held now (recovered from disk), `Stored` events per namespace and tier (at most
-    /// [`ANNOUNCE_IDS_MAX`] ids each). Atomic with respect
-    /// to every other change, so no change is missing from or duplicated in the stream.
+    /// held now (recovered from disk), `Stored` events per namespace, tier and token count (at
+    /// most [`ANNOUNCE_IDS_MAX`] ids each; a block with an engine identity gets its own).
+    /// Atomic with respect to every other change, so no change is missing from or duplicated
+    /// in the stream.
     pub fn attach_events(&self, log: Arc<EventLog>) -> Result<(), LocalError> {
         self.with(|l| {
-            let mut groups: std::collections::BTreeMap<([u8; 32], Tier), Vec<BlockId>> =
-                std::collections::BTreeMap::new();
-            for (ns, id, slot) in l.held.iter() {
-                let tier = l.store.handle(slot)?.tier;
-                groups.entry((ns.0, tier)).or_default().push(id);
-            }
-            let mut events = vec![EventKind::Epoch];
-            for ((ns, tier), mut ids) in groups {
-                ids.sort();
-                for part in ids.chunks(ANNOUNCE_IDS_MAX) {
-                    events.push(EventKind::Stored {
-                        namespace: NamespaceKey(ns),
-                        tier,
-                        ids: part.to_vec(),
-                        chunk_key: None,
-                        block_tokens: 0,
-                    });
-                }
-            }
-            log.publish(events);
+            log.publish(l.announcement()?);
             l.events = Some(log);
             l.store.record_moves(true);
+            Ok(())
+        })
+    }
+
+    /// A member whose lease expired (directory epoch `ended`) and that joined again tells
+    /// consumers what it holds: one batch saying its lease expired ([`EventKind::NodeDown`] of
+    /// itself: `AllBlocksCleared` on its own ZeroMQ stream), then the announcement again (an
+    /// `Epoch` event and what is held). The first batch takes the sequence number the cluster
+    /// feed gave its own clear of this member, so the announcement always follows it.
+    pub fn reannounce(&self, me: crate::ids::NodeId, ended: u64) -> Result<(), LocalError> {
+        self.with(|l| {
+            let events = l.announcement()?;
+            if let Some(log) = &l.events {
+                log.publish(vec![EventKind::NodeDown {
+                    node: me,
+                    epoch: ended,
+                }]);
+                log.publish(events);
+            }
             Ok(())
         })
     }
@@ -373,6 +444,16 @@ impl LocalNode {
             l.store.record_moves(true);
             Ok(rx)
         })
+    }
+
+    /// What the events say of `id` held in `ns` (for a peer that takes a copy of it).
+    pub fn info(&self, ns: &NamespaceKey, id: &BlockId) -> Result<Option<BlockInfo>, LocalError> {
+        self.with(|l| Ok(l.held.info(ns, id).cloned()))
+    }
+
+    /// The event log, once attached.
+    pub fn event_log(&self) -> Result<Option<Arc<EventLog>>, LocalError> {
+        self.with(|l| Ok(l.events.clone()))
     }
 
     /// Counters, tier use and index sizes.
@@ -405,21 +486,101 @@ impl Local {
                 // A watcher gone (shutdown) is not an error.
                 let _ = tx.send(m);
             }
+            let info = self.info_of(&m.namespace, &m.id);
             events.push(EventKind::Removed {
                 namespace: m.namespace,
                 tier: Some(m.from),
                 ids: vec![m.id],
+                engine: info.engine.clone(),
             });
             events.push(EventKind::Stored {
                 namespace: m.namespace,
                 tier: m.to,
                 ids: vec![m.id],
                 chunk_key: None,
-                block_tokens: 0,
+                info,
             });
         }
         if let Some(log) = &self.events {
             log.publish(events);
+        }
+    }
+
+    /// The epoch's first batch: an `Epoch` event and what is held.
+    fn announcement(&self) -> Result<Vec<EventKind>, LocalError> {
+        let l = self;
+        // Blocks with an engine identity get an event each (their own hashes); the others
+        // are grouped by namespace, tier and token count.
+        type Group = ([u8; 32], Tier, u32);
+        let mut groups: std::collections::BTreeMap<Group, Vec<BlockId>> =
+            std::collections::BTreeMap::new();
+        let mut engine_blocks = Vec::new();
+        for (ns, id, slot) in l.held.iter() {
+            let tier = l.store.handle(slot)?.tier;
+            let info = l.info_of(&ns, &id);
+            if info.engine.is_some() {
+                engine_blocks.push((ns.0, tier, id, info));
+            } else {
+                groups
+                    .entry((ns.0, tier, info.block_tokens))
+                    .or_default()
+                    .push(id);
+            }
+        }
+        let mut events = vec![EventKind::Epoch];
+        for ((ns, tier, tokens), mut ids) in groups {
+            ids.sort();
+            for part in ids.chunks(ANNOUNCE_IDS_MAX) {
+                events.push(EventKind::Stored {
+                    namespace: NamespaceKey(ns),
+                    tier,
+                    ids: part.to_vec(),
+                    chunk_key: None,
+                    info: BlockInfo::tokens(tokens),
+                });
+            }
+        }
+        engine_blocks.sort_by_key(|(ns, tier, id, _)| (*ns, *tier, *id));
+        for (ns, tier, id, info) in engine_blocks {
+            events.push(EventKind::Stored {
+                namespace: NamespaceKey(ns),
+                tier,
+                ids: vec![id],
+                chunk_key: None,
+                info,
+            });
+        }
+        Ok(events)
+    }
+
+    /// What the events say of a held block (a token count of 0 for one not held).
+    pub(crate) fn info_of(&self, ns: &NamespaceKey, id: &BlockId) -> BlockInfo {
+        self.held
+            .info(ns, id)
+            .cloned()
+            .unwrap_or(BlockInfo::tokens(0))
+    }
+
+    /// Records what the events say of a block just held, unless it has an info already (the
+    /// first wins while the block is held), in the block-info log too.
+    pub(crate) fn set_info(&mut self, ns: NamespaceKey, id: BlockId, info: BlockInfo) {
+        let Some(b) = self.held.get_mut(&ns, &id) else {
+            return;
+        };
+        if b.info.is_some() {
+            return;
+        }
+        b.info = Some(info.clone());
+        let Local { held, info_log, .. } = self;
+        if let Some(log) = info_log {
+            if let Err(e) = log.append(&ns, &id, &info) {
+                tracing::warn!(block = %id, error = %e, "block-info log: append failed");
+            }
+            if log.wants_compaction() {
+                if let Err(e) = log.rewrite(held.infos()) {
+                    tracing::warn!(error = %e, "block-info log: rewrite failed");
+                }
+            }
         }
     }
 
@@ -483,6 +644,7 @@ impl Local {
             namespace: *ns,
             tier,
             ids: vec![*id],
+            engine: block.info.and_then(|i| i.engine),
         });
         for slot in block.slots {
             match self.store.release(slot) {
@@ -505,7 +667,20 @@ impl Local {
                 namespace: *ns,
                 tier: None,
                 ids: vec![*id],
+                engine: block.info.and_then(|i| i.engine),
             });
+        }
+    }
+}
+
+/// The token count in the header of a held block (read from the store: only for a recovered
+/// block with no block-info record); 0 when it cannot be read.
+fn header_tokens(store: &mut Store, slot: kvfabric_store::SlotId) -> u32 {
+    match store.read(slot) {
+        Ok(block) => BlockHeader::decode(block.bytes()).map_or(0, |h| h.tokens),
+        Err(e) => {
+            tracing::warn!(?slot, error = %e, "reading a recovered block's header failed");
+            0
         }
     }
 }

@@ -10,7 +10,7 @@ use kvfabric_store::{
 };
 
 use super::{LocalError, LocalNode};
-use crate::events::EventKind;
+use crate::events::{BlockInfo, EventKind};
 use crate::ids::ChunkKey;
 
 /// Why a put's body was refused.
@@ -99,13 +99,15 @@ impl<'a> PutSession<'a> {
 
     /// Seals the filled reservation under `ns`, holds the block (one reference per slot, the
     /// spare one of a dedup onto a held slot given back) and records each of `chunk_keys`
-    /// (a prefix key, a position-independent key) for it.
+    /// (a prefix key, a position-independent key) for it, and `info` for its events (when it
+    /// was not held already).
     pub(crate) fn seal(
         mut self,
         ns: NamespaceKey,
         geometry: &ModelGeometry,
         form: PutForm,
         chunk_keys: &[ChunkKey],
+        info: BlockInfo,
     ) -> Result<Sealed, PutError> {
         if self.written != self.expected {
             return Err(PutError::Length {
@@ -137,12 +139,13 @@ impl<'a> PutSession<'a> {
                 }
             }
             if newly {
+                l.set_info(ns, s.id, info);
                 l.emit(EventKind::Stored {
                     namespace: ns,
                     tier,
                     ids: vec![s.id],
                     chunk_key: chunk_keys.first().copied(),
-                    block_tokens: geometry.block_tokens(),
+                    info: l.info_of(&ns, &s.id),
                 });
             }
             Ok(Sealed {

@@ -26,7 +26,14 @@ fn put(
     for piece in bytes.chunks(1000) {
         s.write(piece).unwrap();
     }
-    s.seal(ns, g, PutForm::Canonical, key.as_slice()).unwrap()
+    s.seal(
+        ns,
+        g,
+        PutForm::Canonical,
+        key.as_slice(),
+        BlockInfo::tokens(g.block_tokens()),
+    )
+    .unwrap()
 }
 
 fn host_used(node: &LocalNode) -> u64 {
@@ -110,7 +117,7 @@ fn a_wrong_length_or_a_dropped_session_gives_the_reservation_back() {
     assert!(matches!(s.write(&[0, 0]), Err(PutError::Length { found, .. }) if found == len + 1));
     assert_eq!(s.written(), len - 1, "a refused piece is not written");
     assert!(matches!(
-        s.seal(a, &g, PutForm::Canonical, &[]),
+        s.seal(a, &g, PutForm::Canonical, &[], BlockInfo::tokens(g.block_tokens())),
         Err(PutError::Length { found, .. }) if found == len - 1
     ));
     assert_eq!(host_used(&node), 0);
@@ -185,7 +192,7 @@ fn attaching_events_announces_the_epoch_and_what_is_held_then_publishes_changes(
         assert_eq!(*tier, Tier::Host);
         announced.extend_from_slice(ids);
     }
-    assert_eq!(first.events.len(), 3, "1 epoch + 1024 ids + the rest");
+    assert_eq!(first.events.len(), 3, "1 epoch + 256 ids + the rest");
     assert_eq!(announced, held);
 
     // Changes after attaching are published in order, one batch each.
@@ -204,13 +211,159 @@ fn attaching_events_announces_the_epoch_and_what_is_held_then_publishes_changes(
                 tier: Tier::Host,
                 ids: vec![fresh],
                 chunk_key: None,
-                block_tokens: g.block_tokens(),
+                info: BlockInfo::tokens(g.block_tokens()),
             }],
             vec![EventKind::Removed {
                 namespace: a,
                 tier: Some(Tier::Host),
                 ids: vec![fresh],
+                engine: None,
             }],
         ]
+    );
+}
+
+#[test]
+fn what_events_say_of_a_block_survives_reopening_and_a_block_without_a_record_gets_its_header_count(
+) {
+    use crate::events::{EngineBlock, EngineHash, EventKind, EventLog, EventMetrics};
+    use std::sync::Arc;
+    let g = tiny();
+    let dir = tempfile::tempdir().unwrap();
+    let block = g.block_layout().payload_len + kvfabric_store::HEADER_LEN as u64;
+    let config = || StoreConfig {
+        disk: Some(DiskConfig::new(dir.path().join("disk"), ByteCount(1 << 20))),
+        ..StoreConfig::host_only(ByteCount(block))
+    };
+    let a = NamespaceKey::derive("a");
+    let engine = Arc::new(EngineBlock {
+        engine: "vllm/0.33.0".into(),
+        page_hashes: (1..=4).map(EngineHash::Int).collect(),
+        parent: Some(EngineHash::Bytes(vec![7; 32])),
+        page_tokens: g.block_tokens() / 4,
+        token_ids: (0..g.block_tokens()).collect(),
+        lora_id: None,
+        lora_name: None,
+        group_idx: Some(0),
+        kv_cache_spec_kind: Some("mla_attention".into()),
+    });
+    // Put without a block-info log: no record for this one.
+    let (untracked, with_engine) = {
+        let (node, _) = LocalNode::open(config(), &[a]).unwrap();
+        let untracked = put(&node, a, &g, &payload(&g, 1), None).id;
+        // Demotes it to disk (this one is lost with the RAM).
+        put(&node, a, &g, &payload(&g, 5), None);
+        drop(node);
+        let (node, _) = LocalNode::open_in(config(), &[a], Some(dir.path())).unwrap();
+        let mut s = PutSession::begin(&node, &g, g.block_layout().payload_len).unwrap();
+        s.write(&payload(&g, 2)).unwrap();
+        let info = BlockInfo {
+            block_tokens: g.block_tokens(),
+            engine: Some(engine.clone()),
+        };
+        let with_engine = s.seal(a, &g, PutForm::Canonical, &[], info).unwrap().id;
+        // One more put demotes the engine block to disk; this one is lost with the RAM.
+        put(&node, a, &g, &payload(&g, 3), None);
+        (untracked, with_engine)
+    };
+    let (node, recovery) = LocalNode::open_in(config(), &[a], Some(dir.path())).unwrap();
+    assert_eq!(recovery.held, 2);
+    let log = Arc::new(EventLog::new(
+        crate::ids::NodeId(1),
+        2,
+        4,
+        EventMetrics::default(),
+    ));
+    node.attach_events(log.clone()).unwrap();
+    let first = &log.buffered_from(0)[0];
+    let stored: Vec<(Vec<BlockId>, BlockInfo)> = first.events[1..]
+        .iter()
+        .map(|e| match e {
+            EventKind::Stored {
+                ids, info, tier, ..
+            } => {
+                assert_eq!(*tier, Tier::Disk);
+                (ids.clone(), info.clone())
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        stored,
+        [
+            (vec![untracked], BlockInfo::tokens(g.block_tokens())),
+            (
+                vec![with_engine],
+                BlockInfo {
+                    block_tokens: g.block_tokens(),
+                    engine: Some(engine.clone()),
+                }
+            ),
+        ]
+    );
+    // Its removal names the engine's identity too.
+    assert_eq!(
+        node.delete(&a, &[a], &with_engine).unwrap(),
+        Deleted::Released
+    );
+    let removed = log.buffered_from(1).pop().unwrap();
+    assert!(
+        matches!(&removed.events[..], [EventKind::Removed { engine: Some(e), .. }] if *e == engine),
+        "{:?}",
+        removed.events
+    );
+    // The record of a deleted block does not come back.
+    drop(node);
+    let (node, _) = LocalNode::open_in(config(), &[a], Some(dir.path())).unwrap();
+    assert_eq!(
+        node.info(&a, &untracked).unwrap(),
+        Some(BlockInfo::tokens(g.block_tokens()))
+    );
+    assert_eq!(node.info(&a, &with_engine).unwrap(), None);
+}
+
+#[test]
+fn an_install_is_published_with_its_header_count_and_the_peer_engine_identity() {
+    use crate::events::{EngineBlock, EngineHash, EventKind, EventLog, EventMetrics};
+    use std::sync::Arc;
+    let g = tiny();
+    let a = NamespaceKey::derive("a");
+    let (src, _) = LocalNode::open(StoreConfig::host_only(ByteCount(1 << 20)), &[a]).unwrap();
+    let id = put(&src, a, &g, &payload(&g, 4), None).id;
+    let (block, _) = src.get(&[a], &id).unwrap().unwrap();
+    let (dst, _) = LocalNode::open(StoreConfig::host_only(ByteCount(1 << 20)), &[a]).unwrap();
+    let log = Arc::new(EventLog::new(
+        crate::ids::NodeId(2),
+        1,
+        4,
+        EventMetrics::default(),
+    ));
+    dst.attach_events(log.clone()).unwrap();
+    let engine = Arc::new(EngineBlock {
+        engine: "vllm/0.33.0".into(),
+        page_hashes: vec![EngineHash::Int(5)],
+        parent: None,
+        page_tokens: g.block_tokens(),
+        token_ids: vec![],
+        lora_id: None,
+        lora_name: None,
+        group_idx: None,
+        kv_cache_spec_kind: None,
+    });
+    dst.install_with(&block, Some(engine.clone())).unwrap();
+    let b = log.buffered_from(1).pop().unwrap();
+    let EventKind::Stored { info, .. } = &b.events[0] else {
+        panic!("{:?}", b.events)
+    };
+    assert_eq!(info.block_tokens, g.block_tokens());
+    assert_eq!(info.engine.as_ref(), Some(&engine));
+    // An identity that does not fit the block is dropped, the count kept.
+    let (dst2, _) = LocalNode::open(StoreConfig::host_only(ByteCount(1 << 20)), &[a]).unwrap();
+    let mut bad = (*engine).clone();
+    bad.page_tokens = 1;
+    dst2.install_with(&block, Some(Arc::new(bad))).unwrap();
+    assert_eq!(
+        dst2.info(&a, &id).unwrap(),
+        Some(BlockInfo::tokens(g.block_tokens()))
     );
 }

@@ -34,6 +34,9 @@ mod snapshot_trigger;
 mod state_machine;
 mod wal;
 
+#[cfg(feature = "fuzzing")]
+pub use wal::fuzzing as wal_fuzzing;
+
 use std::path::Path;
 use std::sync::Arc;
 

@@ -59,7 +59,7 @@ pub(super) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
         ));
     }
     let (value, used) =
-        bincode::serde::decode_from_slice(body, bincode_config()).map_err(|e| e.to_string())?;
+        crate::nesting::decode_from_slice(body, bincode_config()).map_err(|e| e.to_string())?;
     if used != body.len() {
         return Err(format!(
             "record of {} bytes expected, found {} trailing",

@@ -10,7 +10,8 @@
 //! |     30 |     … | body: bincode (standard config) of the `ShardState`        |
 //!
 //! The same bytes are persisted by the member that built the snapshot and streamed to a member
-//! that installs it, which checks every header field and the checksum before decoding.
+//! that installs it, which checks every header field and the checksum before decoding, and the
+//! decoded state against the shard's invariants ([`ShardState::check_invariants`]) after.
 
 use crate::error::DirectoryError;
 use crate::ids::ShardId;
@@ -99,7 +100,7 @@ pub fn decode_snapshot(bytes: &[u8], shard: ShardId) -> Result<ShardState, Direc
     }
     let config = bincode::config::standard().with_limit::<SNAPSHOT_BODY_MAX>();
     let (mut state, used): (ShardState, usize) =
-        bincode::serde::decode_from_slice(body, config).map_err(|e| corrupt(e.to_string()))?;
+        crate::nesting::decode_from_slice(body, config).map_err(|e| corrupt(e.to_string()))?;
     if used != body.len() {
         return Err(corrupt(format!(
             "body of {} bytes expected, found {used} decoded",
@@ -113,6 +114,11 @@ pub fn decode_snapshot(bytes: &[u8], shard: ShardId) -> Result<ShardState, Direc
         });
     }
     state.rebuild_indexes();
+    if let Some(reason) = state.content_violation() {
+        return Err(corrupt(format!(
+            "a state that keeps the shard's invariants expected: {reason}"
+        )));
+    }
     Ok(state)
 }
 

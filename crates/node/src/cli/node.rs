@@ -28,6 +28,7 @@ use clap::Args;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
+use kvfabric_core::events::cluster::ClusterFeed;
 use kvfabric_core::events::{self, EventLog};
 use kvfabric_core::local::LocalNode;
 use kvfabric_core::{Fabric, FabricParts, SystemClock};
@@ -86,7 +87,12 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
         config.events.ring_batches,
         metrics.events.clone(),
     ));
-    let zmq = crate::zmq::start(event_log.clone(), &config.events).await?;
+    let feed = config
+        .events
+        .cluster_feed
+        .then(|| Arc::new(ClusterFeed::new(config.node_id, config.events.ring_batches)));
+    let feed_task = feed.as_ref().map(|f| f.follow(event_log.clone()));
+    let zmq = crate::zmq::start(event_log.clone(), feed.clone(), &config.events).await?;
     let catalog = Arc::new(catalog);
     let app = Arc::new(App {
         node_id: config.node_id,
@@ -98,6 +104,7 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
         fabric: OnceLock::new(),
         inflight: Arc::new(Semaphore::new(config.limits.max_inflight_requests as usize)),
         events: event_log.clone(),
+        feed: feed.clone(),
         sse_slots: Arc::new(Semaphore::new(config.events.max_sse_subscribers as usize)),
         sse_max: config.events.max_sse_subscribers,
     });
@@ -116,7 +123,10 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
     tracing::info!(node = %config.node_id, %api, config = %config.file, data_dir = %config.data_dir.display(), "serving; opening the store");
 
     let store_config = config.store.clone();
-    let opening = tokio::task::spawn_blocking(move || LocalNode::open(store_config, &namespaces));
+    let data_dir = config.data_dir.clone();
+    let opening = tokio::task::spawn_blocking(move || {
+        LocalNode::open_in(store_config, &namespaces, Some(&data_dir))
+    });
     let opened = tokio::select! {
         r = opening => Some(r.context("the store-opening task failed")?),
         () = signalled() => None,
@@ -152,6 +162,7 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
                 clock: Arc::new(SystemClock),
                 local: Arc::new(local),
                 events: event_log.clone(),
+                feed: feed.clone(),
                 arenas: config.arenas,
             };
             let fabric = match config.cluster.clone() {
@@ -177,6 +188,12 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
     }
     tracing::info!("shutting down");
     event_log.close();
+    if let Some(f) = &feed {
+        f.close();
+    }
+    if let Some(t) = feed_task {
+        t.abort();
+    }
     if let Some(z) = &zmq {
         z.abort();
     }

@@ -12,6 +12,12 @@
 //! max_sse_subscribers = 64             # open GET /v1/events streams (503 beyond; 1 to 4096)
 //! topic = "kvfabric.n1"                # first frame of every PUB message; default
 //!                                      # "kvfabric.n<id>"; at most 256 bytes
+//! cluster_feed = false                 # run the cluster feed (every member's events in one
+//!                                      # stream: GET /v1/events?scope=cluster); implied by
+//!                                      # cluster_zmq_pub
+//! cluster_zmq_pub = "tcp://127.0.0.1:5567"    # the cluster feed's PUB socket (each message
+//!                                             # under its member's topic `kvfabric.n<id>`)
+//! cluster_zmq_replay = "tcp://127.0.0.1:5568" # its ROUTER: replay of one member's stream
 //! ```
 
 use std::net::SocketAddr;
@@ -46,6 +52,17 @@ pub(crate) struct EventsConfig {
     pub(crate) max_sse_subscribers: u32,
     /// The PUB topic frame.
     pub(crate) topic: String,
+    /// Whether this node runs the cluster feed.
+    pub(crate) cluster_feed: bool,
+    /// The cluster feed's PUB endpoint, if any.
+    pub(crate) cluster_zmq_pub: Option<String>,
+    /// The cluster feed's replay endpoint, if any.
+    pub(crate) cluster_zmq_replay: Option<String>,
+}
+
+/// The topic of member `node`'s messages on the cluster feed's socket.
+pub(crate) fn member_topic(node: NodeId) -> String {
+    format!("kvfabric.{node}")
 }
 
 impl Check<'_> {
@@ -97,12 +114,52 @@ impl Check<'_> {
                 ),
             ));
         }
+        let cluster_zmq_pub = raw
+            .cluster_zmq_pub
+            .map(|e| self.zmq_endpoint("events.cluster_zmq_pub", e))
+            .transpose()?;
+        let cluster_zmq_replay = raw
+            .cluster_zmq_replay
+            .map(|e| self.zmq_endpoint("events.cluster_zmq_replay", e))
+            .transpose()?;
+        if cluster_zmq_replay.is_some() && cluster_zmq_pub.is_none() {
+            return Err(self.err(
+                "events.cluster_zmq_replay",
+                "a replay socket needs the publisher: set events.cluster_zmq_pub too",
+            ));
+        }
+        let explicit = |e: &Option<String>| e.as_ref().filter(|e| !e.ends_with(":0")).cloned();
+        let mut endpoints: Vec<String> =
+            [&zmq_pub, &zmq_replay, &cluster_zmq_pub, &cluster_zmq_replay]
+                .into_iter()
+                .filter_map(explicit)
+                .collect();
+        endpoints.sort();
+        if let Some(w) = endpoints.windows(2).find(|w| w[0] == w[1]) {
+            return Err(self.err(
+                "events.cluster_zmq_pub",
+                format!(
+                    "expected distinct endpoints for the four sockets, found {:?} twice",
+                    w[0]
+                ),
+            ));
+        }
+        let cluster_feed = raw.cluster_feed.unwrap_or(false) || cluster_zmq_pub.is_some();
+        if raw.cluster_feed == Some(false) && cluster_zmq_pub.is_some() {
+            return Err(self.err(
+                "events.cluster_feed",
+                "events.cluster_zmq_pub publishes the cluster feed: it cannot be false",
+            ));
+        }
         Ok(EventsConfig {
             zmq_pub,
             zmq_replay,
             ring_batches: ring_batches as usize,
             max_sse_subscribers,
             topic,
+            cluster_feed,
+            cluster_zmq_pub,
+            cluster_zmq_replay,
         })
     }
 
@@ -147,6 +204,10 @@ mod tests {
         assert_eq!(c.ring_batches, RING_BATCHES_DEFAULT as usize);
         assert_eq!(c.max_sse_subscribers, SSE_SUBSCRIBERS_DEFAULT);
         assert_eq!(c.topic, "kvfabric.n3");
+        assert!(!c.cluster_feed);
+        let c = check("cluster_zmq_pub = \"tcp://127.0.0.1:0\"").unwrap();
+        assert!(c.cluster_feed, "the cluster socket implies the feed");
+        assert_eq!(member_topic(NodeId(2)), "kvfabric.n2");
     }
 
     #[test]
@@ -163,6 +224,19 @@ mod tests {
             ("ring_batches = 1000001", "events.ring_batches"),
             ("max_sse_subscribers = 0", "events.max_sse_subscribers"),
             ("max_sse_subscribers = 5000", "events.max_sse_subscribers"),
+            ("cluster_zmq_pub = \"tcp://*:1\"", "events.cluster_zmq_pub"),
+            (
+                "cluster_zmq_replay = \"tcp://127.0.0.1:5568\"",
+                "events.cluster_zmq_replay",
+            ),
+            (
+                "zmq_pub = \"tcp://127.0.0.1:5557\"\ncluster_zmq_pub = \"tcp://127.0.0.1:5557\"",
+                "events.cluster_zmq_pub",
+            ),
+            (
+                "cluster_feed = false\ncluster_zmq_pub = \"tcp://127.0.0.1:5567\"",
+                "events.cluster_feed",
+            ),
         ];
         for (text, key) in cases {
             let e = check(text).unwrap_err();

@@ -69,7 +69,7 @@
 mod arenas;
 mod bytes;
 mod cluster;
-mod events;
+pub(crate) mod events;
 mod raw;
 mod route;
 mod secret;

@@ -167,6 +167,9 @@ pub(crate) struct RawEvents {
     pub(crate) ring_batches: Option<u64>,
     pub(crate) max_sse_subscribers: Option<u32>,
     pub(crate) topic: Option<String>,
+    pub(crate) cluster_feed: Option<bool>,
+    pub(crate) cluster_zmq_pub: Option<String>,
+    pub(crate) cluster_zmq_replay: Option<String>,
 }
 
 /// `[route]`: the cost model of `POST /v1/route`; every key optional.

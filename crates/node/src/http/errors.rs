@@ -172,6 +172,9 @@ pub(crate) enum ApiError {
     /// `GET /v1/events` beyond `events.max_sse_subscribers` open streams.
     #[error("the node is at its limit of {0} event streams; retry later")]
     TooManySubscribers(u32),
+    /// `GET /v1/events?scope=cluster` on a node that runs no cluster feed.
+    #[error("scope=cluster: expected a node with events.cluster_feed on, found it off here")]
+    ClusterFeedOff,
 }
 
 impl ApiError {
@@ -195,6 +198,7 @@ impl ApiError {
             | PositionShiftUnsupported(_)
             | InvalidArenaId(_)
             | InvalidLayer(_)
+            | ClusterFeedOff
             | BodyRead(_) => StatusCode::BAD_REQUEST,
             Arena(e) => arena_status(e),
             MissingToken | InvalidToken => StatusCode::UNAUTHORIZED,
@@ -254,6 +258,7 @@ impl ApiError {
             Internal => "internal",
             ReplayGap { .. } => "replay_gap",
             TooManySubscribers(_) => "too_many_subscribers",
+            ClusterFeedOff => "cluster_feed_off",
         }
     }
 
@@ -291,6 +296,7 @@ impl ApiError {
             | FabricError::EpochFile { .. }
             | FabricError::SecretFile { .. }
             | FabricError::SecretRotation(_)
+            | FabricError::InfoLog { .. }
             | FabricError::Random(_) => {
                 tracing::error!(error = %e, "node failure");
                 ApiError::Internal
@@ -310,6 +316,10 @@ impl ApiError {
             FabricError::DirectoryUnavailable(m) => ApiError::DirectoryUnavailable(m),
             FabricError::UnknownGeometry => ApiError::UnknownGeometry,
             FabricError::ModelRequired(m) => ApiError::ModelRequired(m),
+            FabricError::EngineBlock(e) => ApiError::InvalidHeader {
+                name: "kvfabric-engine-*",
+                reason: e.to_string(),
+            },
             FabricError::Arena(e) => ApiError::Arena(e),
             FabricError::ArenaForbidden => ApiError::NamespaceForbidden("change arenas of"),
         }

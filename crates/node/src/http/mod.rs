@@ -7,6 +7,7 @@
 //! HTTP; no handler orchestrates anything itself.
 
 mod body;
+mod engine_headers;
 pub(crate) mod errors;
 mod headers;
 pub(crate) mod metrics;
@@ -50,6 +51,8 @@ pub(crate) struct App {
     pub(crate) inflight: Arc<Semaphore>,
     /// The node's KV event log.
     pub(crate) events: Arc<EventLog>,
+    /// The cluster feed, when `events.cluster_feed` is on.
+    pub(crate) feed: Option<Arc<kvfabric_core::events::cluster::ClusterFeed>>,
     /// Permits for open `GET /v1/events` streams (`events.max_sse_subscribers`).
     pub(crate) sse_slots: Arc<Semaphore>,
     /// `events.max_sse_subscribers`.

@@ -158,6 +158,12 @@ impl Caller<'_> {
         }
     }
 
+    /// The token's own namespace under every readable secret (events show the engine's token
+    /// ids of its blocks only).
+    pub(crate) fn own_keys(&self) -> Vec<NamespaceKey> {
+        self.tenancy.namespaces[self.own].keys.clone()
+    }
+
     fn own_namespace(&self, headers: &HeaderMap) -> Result<&Namespace, ApiError> {
         let own = &self.tenancy.namespaces[self.own];
         match Self::named(headers)? {
@@ -173,7 +179,7 @@ impl Caller<'_> {
 
     /// The keys a delete may drop a block under: the token's own namespace under every
     /// readable secret, the current one first.
-    pub(crate) fn own(&self, headers: &HeaderMap) -> Result<Vec<NamespaceKey>, ApiError> {
+    pub(crate) fn delete_keys(&self, headers: &HeaderMap) -> Result<Vec<NamespaceKey>, ApiError> {
         Ok(self.own_namespace(headers)?.keys.clone())
     }
 
@@ -335,7 +341,7 @@ mod tests {
         let a = t.caller(&h).unwrap();
         assert_eq!(a.write(&h).unwrap(), key(&new, "a"));
         assert_eq!(
-            a.own(&h).unwrap(),
+            a.delete_keys(&h).unwrap(),
             vec![key(&new, "a"), key(&staged, "a"), key(&old, "a")]
         );
         assert_eq!(

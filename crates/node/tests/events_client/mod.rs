@@ -2,7 +2,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod node;
-pub mod vllm;
+pub mod zmq;
 
 use std::io::{BufRead, BufReader, Read};
 use std::time::Duration;

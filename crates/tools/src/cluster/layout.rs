@@ -8,7 +8,9 @@ use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use kvfabric_test_support::config::{ClusterSection, DiskSection, MemberSection, NodeConfigFile};
+use kvfabric_test_support::config::{
+    ClusterSection, DiskSection, EventsSection, MemberSection, NodeConfigFile,
+};
 
 /// Each node's host tier unless `--host-bytes` says otherwise (the node validates the value).
 pub const HOST_BYTES_DEFAULT: &str = "256 MiB";
@@ -72,15 +74,24 @@ pub fn plan(nodes: u32) -> anyhow::Result<Vec<NodeLayout>> {
         .collect()
 }
 
-/// The config of `node` in a cluster of `all`, with data under `dir`; `cluster_set` adds
-/// `[cluster]` keys (each value already checked to parse as TOML).
+/// Extra keys of a node config's sections, as `cluster up` takes them (`KEY=VALUE`, each
+/// value already checked to parse as TOML).
+#[derive(Debug, Clone, Default)]
+pub struct ExtraKeys {
+    /// `[cluster]` keys (`--cluster-set`).
+    pub cluster: Vec<(String, String)>,
+    /// `[events]` keys (`--events-set`).
+    pub events: Vec<(String, String)>,
+}
+
+/// The config of `node` in a cluster of `all`, with data under `dir`, and `extra` keys.
 pub fn config(
     dir: &Path,
     node: &NodeLayout,
     all: &[NodeLayout],
     replication: Option<u32>,
     host_bytes: &str,
-    cluster_set: &[(String, String)],
+    extra_keys: &ExtraKeys,
 ) -> NodeConfigFile {
     let data_dir = dir.join(format!("node{}", node.id));
     let mut c = NodeConfigFile::new(node.id, &node.http.to_string(), data_dir, host_bytes.into());
@@ -89,10 +100,18 @@ pub fn config(
         bytes: "1 GiB".into(),
         sync: None,
     });
-    let extra = cluster_set
-        .iter()
-        .map(|(k, v)| (k.clone(), toml_value(v)))
-        .collect();
+    let values = |keys: &[(String, String)]| {
+        keys.iter()
+            .map(|(k, v)| (k.clone(), toml_value(v)))
+            .collect()
+    };
+    let extra = values(&extra_keys.cluster);
+    if !extra_keys.events.is_empty() {
+        c.events = Some(EventsSection {
+            extra: values(&extra_keys.events),
+            ..EventsSection::default()
+        });
+    }
     c.cluster = Some(ClusterSection {
         certs_dir: dir.join("certs"),
         transport_listen: None,

@@ -49,6 +49,10 @@ pub struct UpArgs {
     /// every node's config (a cluster with tenants; without it the nodes are open).
     #[arg(long, value_name = "FILE")]
     tenancy: Option<PathBuf>,
+    /// An `[events]` key for every node, as `KEY=VALUE` with a TOML value (e.g.
+    /// `zmq_pub="tcp://127.0.0.1:0"`); repeatable. The nodes validate it like any config key.
+    #[arg(long = "events-set", value_name = "KEY=VALUE", value_parser = layout::parse_cluster_set)]
+    events_set: Vec<(String, String)>,
 }
 
 /// Runs `kvfabric cluster up`.
@@ -90,7 +94,10 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
             &nodes,
             a.replication,
             &a.host_bytes,
-            &a.cluster_set,
+            &layout::ExtraKeys {
+                cluster: a.cluster_set.clone(),
+                events: a.events_set.clone(),
+            },
         )
         .to_toml(&format!(
             "Written by `kvfabric cluster up`; node {} of {}.",

@@ -125,7 +125,7 @@ fn frame(
 }
 
 /// The first 8 bytes of blake3(`len ‖ kind ‖ body`).
-fn checksum(len: &[u8; 4], kind_and_body: &[u8]) -> [u8; 8] {
+pub(super) fn checksum(len: &[u8; 4], kind_and_body: &[u8]) -> [u8; 8] {
     let mut h = blake3::Hasher::new();
     h.update(len);
     h.update(kind_and_body);

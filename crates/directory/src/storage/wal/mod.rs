@@ -18,6 +18,8 @@
 //! index that readers use while the writer goes on.
 
 mod frame;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod migrate;
 mod segment;
 
@@ -114,7 +116,11 @@ impl Index {
     }
 
     fn purge(&mut self, upto: LogId) {
-        self.entries = self.entries.split_off(&(upto.index + 1));
+        // The entries above `upto`: none when it is the largest index there is.
+        self.entries = match upto.index.checked_add(1) {
+            Some(above) => self.entries.split_off(&above),
+            None => BTreeMap::new(),
+        };
         if self.state.last_purged.is_none_or(|p| p.index < upto.index) {
             self.state.last_purged = Some(upto);
         }

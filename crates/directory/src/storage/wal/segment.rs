@@ -83,8 +83,8 @@ pub(super) struct Scanned {
 }
 
 /// Hands every intact record of `file` to `visit` (with its offset and length), from the
-/// start until zeroes, the end of the file, or the first record that does not check out or
-/// decode. Records are decoded one at a time, never all held at once.
+/// start until zeroes up to the end of the file, the end of the file, or the first record that
+/// does not check out or decode (zeroes with data after them count as such a record). Records are decoded one at a time, never all held at once.
 pub(super) fn scan(file: &File, mut visit: impl FnMut(&Record, u64, u32)) -> io::Result<Scanned> {
     let len = file.metadata()?.len() as usize;
     let mut buf = vec![0u8; len];
@@ -94,7 +94,15 @@ pub(super) fn scan(file: &File, mut visit: impl FnMut(&Record, u64, u32)) -> io:
     let mut at = 0usize;
     let stopped = loop {
         match parse(&buf[at..]) {
-            Parsed::End => break None,
+            // Zeroes end the log only when nothing else follows them: a record whose length
+            // reads as zero (a flipped bit, a sector never written) must not hide the records
+            // after it.
+            Parsed::End => {
+                break buf[at..]
+                    .iter()
+                    .position(|&b| b != 0)
+                    .map(|i| format!("zeroes followed by data at offset {}", at + i))
+            }
             Parsed::Bad(why) => break Some(why),
             Parsed::Record { kind, body, total } => match decode_record(kind, body) {
                 Ok(record) => {

@@ -242,38 +242,63 @@ fn a_write_torn_anywhere_is_cut_off_and_everything_before_it_stays() {
     }
 }
 
+/// The zeroed length was found by the `wal_replay` fuzz target: zeroes read as the clean end
+/// of a segment, so the records after them were dropped without a word.
 #[test]
 fn damage_before_the_last_segment_is_refused_not_cut() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("wal");
-    let (mut wal, _r) = open(&path, 200);
-    for i in 1..=20 {
-        append(&mut wal, &[log_id(1, i)]);
-        wal.commit().unwrap();
-    }
-    drop(wal);
-    let segments = segment::list(&path).unwrap();
-    assert!(segments.len() >= 2, "{} segments", segments.len());
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&segments[0].1)
-        .unwrap();
-    // A byte inside the second record (the first entry after the checkpoint).
     let mut head = Vec::new();
     Record::Checkpoint(Checkpoint::default())
         .write_to(&mut head)
         .unwrap();
-    // A byte in the body of the first entry's record, which follows the checkpoint.
-    f.write_all_at(&[0xff], (head.len() + frame::HEADER_LEN + 2) as u64)
-        .unwrap();
-    drop(f);
-    match Wal::open(&path) {
-        Err(DirectoryError::Corrupt { what, reason }) => {
-            assert_eq!(what, "raft log (WAL)");
-            assert!(reason.contains("checksum"), "{reason}");
+    // A byte in the body of the first entry's record, which follows the checkpoint; or that
+    // record's length zeroed.
+    let damages: [(usize, &[u8], &str); 2] = [
+        (head.len() + frame::HEADER_LEN + 2, &[0xff], "checksum"),
+        (head.len(), &[0; 4], "zeroes followed by data"),
+    ];
+    for (at, bytes, why) in damages {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wal");
+        let (mut wal, _r) = open(&path, 200);
+        for i in 1..=20 {
+            append(&mut wal, &[log_id(1, i)]);
+            wal.commit().unwrap();
         }
-        other => panic!("expected a corrupt WAL, found {:?}", other.map(|_| ())),
+        drop(wal);
+        let segments = segment::list(&path).unwrap();
+        assert!(segments.len() >= 2, "{} segments", segments.len());
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&segments[0].1)
+            .unwrap();
+        f.write_all_at(bytes, at as u64).unwrap();
+        drop(f);
+        match Wal::open(&path) {
+            Err(DirectoryError::Corrupt { what, reason }) => {
+                assert_eq!(what, "raft log (WAL)");
+                assert!(reason.contains(why), "{reason}");
+            }
+            other => panic!("expected a corrupt WAL, found {:?}", other.map(|_| ())),
+        }
     }
+}
+
+/// Found by the `wal_replay` fuzz target: a purge up to the largest index overflowed (a
+/// panic, or in release builds a purge of nothing).
+#[test]
+fn a_purge_up_to_the_largest_index_purges_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wal");
+    let (mut wal, reader) = open(&path, segment::SEGMENT_BYTES);
+    append(&mut wal, &[log_id(1, 1), log_id(1, 2)]);
+    let last = log_id(1, u64::MAX);
+    wal.stage(Record::Purge(last)).unwrap();
+    wal.commit().unwrap();
+    assert_eq!(all(&reader), []);
+    drop((wal, reader));
+    let (_wal, reader) = open(&path, segment::SEGMENT_BYTES);
+    assert_eq!(all(&reader), []);
+    assert_eq!(reader.state().last_purged, Some(last));
 }
 
 #[test]

@@ -116,7 +116,7 @@ pub(crate) async fn delete_block(
 ) -> Result<Response, ApiError> {
     let fabric = app.fabric()?;
     let caller = app.tenancy.caller(&headers)?;
-    let own = caller.own(&headers)?;
+    let own = caller.delete_keys(&headers)?;
     let read = caller.read(&headers).unwrap_or_default();
     let id = headers::block_id(uri.path())?;
     if uri.query().is_some_and(|q| !q.is_empty()) {

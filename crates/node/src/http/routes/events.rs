@@ -1,19 +1,22 @@
-//! `GET /v1/events`: the node's KV events as Server-Sent Events.
+//! `GET /v1/events`: KV events as Server-Sent Events — this node's (`scope=node`, the
+//! default) or the whole cluster's (`scope=cluster`, the cluster feed of this node, when
+//! `events.cluster_feed` is on).
 //!
 //! Each event of a batch is one SSE message: `event: epoch | stored | removed | node_down`
-//! (`node_down`: a member's lease expired, `down` and `down_epoch` name it) and a JSON
-//! `data` line carrying `node`, `epoch`, `seq` and `ts` (the batch's) and, for `stored`/`removed`,
-//! `tier` and `blocks` (hex ids); the last message of a batch carries `id: EPOCH:SEQ`.
-//! `?since=SEQ` replays the current epoch's batches from `SEQ` (410 `replay_gap` naming the
-//! oldest still buffered when `SEQ` is older); without it a `Last-Event-ID: EPOCH:SEQ` resumes
-//! after that batch (from the start of the current epoch when `EPOCH` is an earlier one).
-//! Then the stream follows live. A stream that falls behind the live broadcast catches up from
-//! the ring; one that falls further behind than the ring holds gets one `replay_gap` message
-//! and ends. Every stream ends when the node shuts down.
+//! and a JSON `data` line naming the node whose event it is, that node's epoch and sequence
+//! number, the batch's `ts`, and the event's fields ([`events_render`](super::events_render));
+//! the last message of a batch carries `id: EPOCH:SEQ` — this node's epoch and the stream's
+//! position (the node stream: the batch's sequence number; the cluster stream: the feed's).
+//! `?since=SEQ` replays from that position of the current epoch (410 `replay_gap` naming the
+//! oldest still buffered when it is older); without it a `Last-Event-ID: EPOCH:SEQ` resumes
+//! after that position (from the start when `EPOCH` is an earlier one); with neither the
+//! stream starts with the next batch. Then it follows live. A stream that falls behind the
+//! live broadcast catches up from the ring; one that falls further behind than the ring
+//! holds gets one `replay_gap` message and ends. Every stream ends when the node shuts down.
 //!
 //! A tenant sees `stored`/`removed` only for namespaces its token may read (its own and the
-//! shared ones), and every `epoch` and `node_down`. At most `events.max_sse_subscribers` streams are open at
-//! once (503 `too_many_subscribers` beyond).
+//! shared ones), and every `epoch` and `node_down`. At most `events.max_sse_subscribers`
+//! streams are open at once (503 `too_many_subscribers` beyond).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -24,22 +27,32 @@ use axum::http::{HeaderMap, Uri};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream;
+use kvfabric_core::events::cluster::{ClusterFeed, FeedEntry};
+use kvfabric_core::events::{Batch, EventLog, ReplayGap};
+use kvfabric_core::NodeId;
 use kvfabric_store::NamespaceKey;
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, watch, OwnedSemaphorePermit};
 
+use super::events_render::render;
 use crate::http::errors::ApiError;
 use crate::http::AppState;
-use kvfabric_core::events::{Batch, EventKind, EventLog, ReplayGap};
 
 /// The header a reconnecting `EventSource` sends.
 const LAST_EVENT_ID: &str = "last-event-id";
 
-/// Where a stream starts.
-fn start(app: &EventLog, headers: &HeaderMap, uri: &Uri) -> Result<Option<u64>, ApiError> {
-    let mut since = None;
+/// Which stream a request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    Node,
+    Cluster,
+}
+
+/// The query: `since` and `scope`.
+fn query(uri: &Uri) -> Result<(Option<u64>, Scope), ApiError> {
+    let (mut since, mut scope) = (None, None);
     for pair in uri
         .query()
         .unwrap_or("")
@@ -57,14 +70,31 @@ fn start(app: &EventLog, headers: &HeaderMap, uri: &Uri) -> Result<Option<u64>, 
                 })?;
                 since = Some(s);
             }
+            Some(("scope", v)) if scope.is_none() => {
+                scope = Some(match v {
+                    "node" => Scope::Node,
+                    "cluster" => Scope::Cluster,
+                    _ => {
+                        return Err(ApiError::InvalidQuery(format!(
+                            "scope: expected node or cluster, found {:?}",
+                            v.chars().take(40).collect::<String>()
+                        )))
+                    }
+                });
+            }
             _ => {
                 return Err(ApiError::InvalidQuery(format!(
-                    "expected only `since=SEQ`, found {:?}",
+                    "expected only `since=SEQ` and `scope=node|cluster`, found {:?}",
                     pair.chars().take(40).collect::<String>()
                 )))
             }
         }
     }
+    Ok((since, scope.unwrap_or(Scope::Node)))
+}
+
+/// Where a stream starts: `since`, else after the `Last-Event-ID`, else live (`None`).
+fn start(epoch: u64, headers: &HeaderMap, since: Option<u64>) -> Result<Option<u64>, ApiError> {
     if since.is_some() {
         return Ok(since);
     }
@@ -75,19 +105,90 @@ fn start(app: &EventLog, headers: &HeaderMap, uri: &Uri) -> Result<Option<u64>, 
         name: "Last-Event-ID",
         reason: "expected EPOCH:SEQ as sent in an event's `id`".into(),
     };
-    let (epoch, seq) = v
+    let (last_epoch, seq) = v
         .to_str()
         .ok()
         .and_then(|s| s.split_once(':'))
         .and_then(|(e, s)| Some((e.parse::<u64>().ok()?, s.parse::<u64>().ok()?)))
         .ok_or_else(invalid)?;
-    match epoch.cmp(&app.epoch()) {
+    match last_epoch.cmp(&epoch) {
         std::cmp::Ordering::Less => Ok(Some(0)),
         std::cmp::Ordering::Equal => Ok(Some(seq.saturating_add(1))),
         std::cmp::Ordering::Greater => Err(ApiError::InvalidHeader {
             name: "Last-Event-ID",
-            reason: format!("epoch {epoch} is newer than this node's ({})", app.epoch()),
+            reason: format!("epoch {last_epoch} is newer than this node's ({epoch})"),
         }),
+    }
+}
+
+/// One batch as a stream delivers it: whose it is, and its position in the stream.
+struct Item {
+    node: NodeId,
+    batch: Arc<Batch>,
+    pos: u64,
+}
+
+/// What a stream reads from.
+enum Source {
+    Node(Arc<EventLog>, broadcast::Receiver<Arc<Batch>>),
+    Cluster(Arc<ClusterFeed>, broadcast::Receiver<Arc<FeedEntry>>),
+}
+
+fn node_item(node: NodeId, b: Arc<Batch>) -> Item {
+    Item {
+        node,
+        pos: b.seq,
+        batch: b,
+    }
+}
+
+fn feed_item(e: &FeedEntry) -> Item {
+    Item {
+        node: e.node,
+        batch: e.batch.clone(),
+        pos: e.feed_seq,
+    }
+}
+
+impl Source {
+    /// Buffered items from `pos`.
+    fn buffered_from(&self, pos: u64) -> Vec<Item> {
+        match self {
+            Source::Node(log, _) => {
+                let me = log.node();
+                log.buffered_from(pos)
+                    .into_iter()
+                    .map(|b| node_item(me, b))
+                    .collect()
+            }
+            Source::Cluster(feed, _) => feed
+                .buffered_from(pos)
+                .iter()
+                .map(|e| feed_item(e))
+                .collect(),
+        }
+    }
+
+    /// The oldest buffered position.
+    fn oldest(&self) -> u64 {
+        match self {
+            Source::Node(log, _) => log
+                .buffered_from(0)
+                .first()
+                .map_or(log.next_seq(), |b| b.seq),
+            Source::Cluster(feed, _) => feed
+                .buffered_from(0)
+                .first()
+                .map_or(feed.next_seq(), |e| e.feed_seq),
+        }
+    }
+
+    /// The next live item.
+    async fn recv(&mut self) -> Result<Item, RecvError> {
+        match self {
+            Source::Node(log, rx) => rx.recv().await.map(|b| node_item(log.node(), b)),
+            Source::Cluster(_, rx) => rx.recv().await.map(|e| feed_item(&e)),
+        }
     }
 }
 
@@ -97,22 +198,49 @@ pub(crate) async fn events(
     headers: HeaderMap,
     uri: Uri,
 ) -> Result<Response, ApiError> {
-    let read = app.tenancy.caller(&headers)?.read(&headers)?;
+    let caller = app.tenancy.caller(&headers)?;
+    let read = caller.read(&headers)?;
+    let own = caller.own_keys();
     let log = app.events.clone();
-    let since = start(&log, &headers, &uri)?;
+    let (since, scope) = query(&uri)?;
+    let since = start(log.epoch(), &headers, since)?;
+    let feed = match scope {
+        Scope::Node => None,
+        Scope::Cluster => Some(app.feed.clone().ok_or(ApiError::ClusterFeedOff)?),
+    };
     let Ok(permit) = app.sse_slots.clone().try_acquire_owned() else {
         log.metrics.refused.inc();
         return Err(ApiError::TooManySubscribers(app.sse_max));
     };
-    let sub = match log.subscribe(since) {
-        Ok(s) => s,
-        Err(ReplayGap { oldest }) => {
-            log.metrics.gaps.inc();
-            return Err(ApiError::ReplayGap {
-                since: since.unwrap_or(0),
-                oldest,
-                epoch: log.epoch(),
-            });
+    let gap = |ReplayGap { oldest }| {
+        log.metrics.gaps.inc();
+        ApiError::ReplayGap {
+            since: since.unwrap_or(0),
+            oldest,
+            epoch: log.epoch(),
+        }
+    };
+    let (source, next, replay, closed) = match feed {
+        None => {
+            let sub = log.subscribe(since).map_err(gap)?;
+            let me = log.node();
+            let replay = sub.replay.into_iter().map(|b| node_item(me, b)).collect();
+            (
+                Source::Node(log.clone(), sub.live),
+                sub.next,
+                replay,
+                sub.closed,
+            )
+        }
+        Some(feed) => {
+            let sub = feed.subscribe(since).map_err(gap)?;
+            let replay = sub.replay.iter().map(|e| feed_item(e)).collect();
+            (
+                Source::Cluster(feed, sub.live),
+                sub.next,
+                replay,
+                sub.closed,
+            )
         }
     };
     if since.is_some() {
@@ -120,17 +248,20 @@ pub(crate) async fn events(
     }
     log.metrics.subscribers.inc();
     let state = Stream {
-        log,
+        source,
+        epoch: log.epoch(),
+        me: log.node(),
         read,
-        next: since.unwrap_or(0),
-        replay: sub.replay.into(),
-        live: sub.live,
-        closed: sub.closed,
+        own: (!app.tenancy.is_open()).then_some(own),
+        next,
+        replay,
+        closed,
         pending: VecDeque::new(),
         ended: false,
+        gaps: log.metrics.gaps.clone(),
         _slot: Slot {
             _permit: permit,
-            gauge: app.events.metrics.subscribers.clone(),
+            gauge: log.metrics.subscribers.clone(),
         },
     };
     let body = stream::unfold(state, |mut s| async move {
@@ -156,15 +287,20 @@ impl Drop for Slot {
 
 /// One open stream.
 struct Stream {
-    log: Arc<EventLog>,
+    source: Source,
+    /// This node's epoch (the `EPOCH` of every id).
+    epoch: u64,
+    me: NodeId,
     read: Vec<NamespaceKey>,
-    /// The next sequence number this stream expects.
+    /// The caller's own namespace (`None`: an open node, whose one namespace is everyone's).
+    own: Option<Vec<NamespaceKey>>,
+    /// The next position this stream expects.
     next: u64,
-    replay: VecDeque<Arc<Batch>>,
-    live: broadcast::Receiver<Arc<Batch>>,
+    replay: VecDeque<Item>,
     closed: watch::Receiver<bool>,
     pending: VecDeque<Event>,
     ended: bool,
+    gaps: prometheus_client::metrics::counter::Counter,
     _slot: Slot,
 }
 
@@ -178,19 +314,19 @@ impl Stream {
             if self.ended {
                 return None;
             }
-            let batch = match self.replay.pop_front() {
-                Some(b) => b,
+            let item = match self.replay.pop_front() {
+                Some(i) => i,
                 None => {
                     if *self.closed.borrow() {
                         return None;
                     }
                     tokio::select! {
-                        r = self.live.recv() => match r {
-                            Ok(b) => b,
+                        r = self.source.recv() => match r {
+                            Ok(i) => i,
                             Err(RecvError::Lagged(_)) => {
                                 // Refill from the ring while it still holds the next batch.
-                                let missed = self.log.buffered_from(self.next);
-                                if missed.first().is_some_and(|b| b.seq == self.next) {
+                                let missed = self.source.buffered_from(self.next);
+                                if missed.first().is_some_and(|i| i.pos == self.next) {
                                     self.replay = missed.into();
                                 } else {
                                     self.gap();
@@ -203,206 +339,54 @@ impl Stream {
                     }
                 }
             };
-            if batch.seq < self.next {
+            if item.pos < self.next {
                 continue;
             }
-            if batch.seq > self.next {
+            if item.pos > self.next {
                 self.gap();
                 continue;
             }
-            self.next = batch.seq + 1;
-            self.render(&batch);
+            self.next = item.pos + 1;
+            self.render(&item);
         }
     }
 
     /// Queues a `replay_gap` message and ends the stream after it.
     fn gap(&mut self) {
-        self.log.metrics.gaps.inc();
+        self.gaps.inc();
         let data = json!({
-            "node": self.log.node().to_string(),
-            "epoch": self.log.epoch(),
+            "node": self.me.to_string(),
+            "epoch": self.epoch,
             "since": self.next,
-            "oldest": self.log.buffered_from(0).first().map_or(self.log.next_seq(), |b| b.seq),
+            "oldest": self.source.oldest(),
         });
         self.pending
             .push_back(Event::default().event("replay_gap").data(data.to_string()));
         self.ended = true;
     }
 
-    /// Queues the messages of the events of `batch` this caller may see.
-    fn render(&mut self, batch: &Batch) {
-        let node = self.log.node().to_string();
-        let visible = batch.events.iter().filter(|e| match e.namespace() {
+    /// Queues the messages of the events of `item` this caller may see.
+    fn render(&mut self, item: &Item) {
+        let cluster = matches!(self.source, Source::Cluster(..));
+        let visible = item.batch.events.iter().filter(|e| match e.namespace() {
             None => true,
             Some(ns) => self.read.contains(ns),
         });
         let mut out: Vec<Event> = visible
             .map(|e| {
-                let (name, data) = match e {
-                    EventKind::Epoch => (
-                        "epoch",
-                        json!({"node": node, "epoch": batch.epoch, "seq": batch.seq, "ts": batch.ts}),
-                    ),
-                    EventKind::Stored {
-                        tier,
-                        ids,
-                        chunk_key,
-                        block_tokens,
-                        ..
-                    } => (
-                        "stored",
-                        json!({
-                            "node": node, "epoch": batch.epoch, "seq": batch.seq, "ts": batch.ts,
-                            "tier": tier.name(),
-                            "blocks": ids.iter().map(|i| i.to_hex()).collect::<Vec<_>>(),
-                            "chunk_key": chunk_key.map(|k| k.to_hex()),
-                            "block_tokens": block_tokens,
-                        }),
-                    ),
-                    EventKind::NodeDown { node: down, epoch } => (
-                        "node_down",
-                        json!({
-                            "node": node, "epoch": batch.epoch, "seq": batch.seq, "ts": batch.ts,
-                            "down": down.to_string(), "down_epoch": epoch,
-                        }),
-                    ),
-                    EventKind::Removed { tier, ids, .. } => (
-                        "removed",
-                        json!({
-                            "node": node, "epoch": batch.epoch, "seq": batch.seq, "ts": batch.ts,
-                            "tier": tier.map(|t| t.name()),
-                            "blocks": ids.iter().map(|i| i.to_hex()).collect::<Vec<_>>(),
-                        }),
-                    ),
-                };
+                let (name, mut data) = render(e, item.node, &item.batch, self.own.as_deref());
+                if cluster {
+                    data["feed_seq"] = json!(item.pos);
+                }
                 Event::default().event(name).data(data.to_string())
             })
             .collect();
         if let Some(last) = out.pop() {
-            out.push(last.id(format!("{}:{}", batch.epoch, batch.seq)));
+            out.push(last.id(format!("{}:{}", self.epoch, item.pos)));
         }
         self.pending.extend(out);
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use kvfabric_store::{BlockId, Tier};
-    use tokio::sync::Semaphore;
-
-    use super::*;
-    use kvfabric_core::events::EventMetrics;
-    use kvfabric_core::NodeId;
-
-    fn stream(log: &Arc<EventLog>, read: Vec<NamespaceKey>, since: u64) -> Stream {
-        let sub = log.subscribe(Some(since)).unwrap();
-        let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
-        log.metrics.subscribers.inc();
-        Stream {
-            log: log.clone(),
-            read,
-            next: since,
-            replay: sub.replay.into(),
-            live: sub.live,
-            closed: sub.closed,
-            pending: VecDeque::new(),
-            ended: false,
-            _slot: Slot {
-                _permit: permit,
-                gauge: log.metrics.subscribers.clone(),
-            },
-        }
-    }
-
-    fn stored(ns: &str, n: u8) -> EventKind {
-        EventKind::Stored {
-            namespace: NamespaceKey::derive(ns),
-            tier: Tier::Host,
-            ids: vec![BlockId([n; 32])],
-            chunk_key: None,
-            block_tokens: 0,
-        }
-    }
-
-    /// The SSE text of one message.
-    async fn text(e: Event) -> String {
-        let body = Sse::new(stream::iter([Ok::<_, Infallible>(e)])).into_response();
-        let bytes = axum::body::to_bytes(body.into_body(), 1 << 20)
-            .await
-            .unwrap();
-        String::from_utf8(bytes.to_vec()).unwrap()
-    }
-
-    #[tokio::test]
-    async fn a_stream_lagging_beyond_the_ring_gets_one_replay_gap_and_ends() {
-        let log = Arc::new(EventLog::new(NodeId(1), 3, 2, EventMetrics::default()));
-        log.publish(vec![EventKind::Epoch]);
-        let mut s = stream(&log, vec![NamespaceKey::derive("a")], 0);
-        assert_eq!(log.metrics.subscribers.get(), 1);
-        // The replayed epoch, then five more batches into a ring (and broadcast) of two.
-        for i in 0..5 {
-            log.publish(vec![stored("a", i)]);
-        }
-        let first = text(s.next_event().await.unwrap()).await;
-        assert!(
-            first.contains("event: epoch") && first.contains("id: 3:0"),
-            "{first}"
-        );
-        let gap = text(s.next_event().await.unwrap()).await;
-        assert!(gap.contains("event: replay_gap"), "{gap}");
-        assert!(
-            gap.contains("\"since\":1") && gap.contains("\"oldest\":4"),
-            "{gap}"
-        );
-        assert!(
-            s.next_event().await.is_none(),
-            "the stream ends after the gap"
-        );
-        assert_eq!(log.metrics.gaps.get(), 1);
-        drop(s);
-        assert_eq!(log.metrics.subscribers.get(), 0);
-    }
-
-    #[tokio::test]
-    async fn a_stream_behind_the_broadcast_but_within_the_ring_catches_up_without_a_gap() {
-        let n = kvfabric_core::events::BROADCAST_MAX as u64 + 500;
-        let log = Arc::new(EventLog::new(
-            NodeId(1),
-            1,
-            n as usize + 10,
-            EventMetrics::default(),
-        ));
-        log.publish(vec![EventKind::Epoch]);
-        let mut s = stream(&log, vec![NamespaceKey::derive("a")], 0);
-        for i in 0..n {
-            log.publish(vec![stored("a", (i % 251) as u8)]);
-        }
-        for seq in 0..=n {
-            let e = text(s.next_event().await.unwrap()).await;
-            assert!(e.contains(&format!("id: 1:{seq}\n")), "{seq}: {e}");
-        }
-        assert_eq!(log.metrics.gaps.get(), 0);
-    }
-
-    #[tokio::test]
-    async fn only_readable_namespaces_are_rendered_and_the_batch_id_goes_last() {
-        let log = Arc::new(EventLog::new(NodeId(1), 1, 8, EventMetrics::default()));
-        log.publish(vec![stored("a", 1), stored("b", 2), stored("a", 3)]);
-        log.publish(vec![stored("b", 4)]);
-        log.publish(vec![stored("a", 5)]);
-        let mut s = stream(&log, vec![NamespaceKey::derive("a")], 0);
-        let mut got = Vec::new();
-        for _ in 0..3 {
-            got.push(text(s.next_event().await.unwrap()).await);
-        }
-        assert!(got[0].contains(&BlockId([1; 32]).to_hex()) && !got[0].contains("id:"));
-        assert!(got[1].contains(&BlockId([3; 32]).to_hex()) && got[1].contains("id: 1:0"));
-        // Batch 1 holds nothing readable: skipped; batch 2 follows.
-        assert!(got[2].contains(&BlockId([5; 32]).to_hex()) && got[2].contains("id: 1:2"));
-        log.close();
-        assert!(
-            s.next_event().await.is_none(),
-            "a closed log ends the stream"
-        );
-    }
-}
+mod tests;

@@ -12,7 +12,7 @@
 //! | `GET /v1/models` | 200 presets | 401 |
 //! | `GET /v1/namespaces` | 200 the caller's readable namespaces and their keys | 401 |
 //! | `GET /v1/cluster` | 200 members | 401 |
-//! | `GET /v1/events` (`?since=SEQ`, `Last-Event-ID`) | 200 `text/event-stream` | 400, 401, 403, 410 `replay_gap`, 503 `too_many_subscribers` |
+//! | `GET /v1/events` (`?since=SEQ`, `?scope=node\|cluster`, `Last-Event-ID`) | 200 `text/event-stream` | 400, 401, 403, 410 `replay_gap`, 503 `too_many_subscribers` |
 //! | `GET /metrics` | 200 OpenMetrics text | |
 //! | `GET /healthz` | 200 while the process serves | |
 //! | `GET /readyz` | 200 once the store is open | 503 `not_ready` |
@@ -34,6 +34,7 @@
 mod arenas;
 mod blocks;
 mod events;
+mod events_render;
 mod info;
 mod lookup;
 mod namespaces;

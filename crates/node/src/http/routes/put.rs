@@ -8,6 +8,9 @@
 //! A block may be named by two chunk keys: `kvfabric-chunk-key` (usually the prefix-chained
 //! key) and `kvfabric-chunk-key-independent` (the position-independent one); each is recorded
 //! so that lookups and routes find the block by either.
+//!
+//! A put from an engine may carry the engine's identity of the block (`kvfabric-engine-*`,
+//! [`engine_headers`]): kept with the block, published in its events.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -22,8 +25,8 @@ use tokio::time::Instant;
 
 use crate::http::body::{drain, next_piece};
 use crate::http::errors::ApiError;
-use crate::http::headers;
 use crate::http::metrics::DedupLabels;
+use crate::http::{engine_headers, headers};
 use crate::http::{App, AppState};
 
 /// The 201 body.
@@ -51,6 +54,8 @@ struct Plan<'a> {
     /// The chunk keys naming the block: `kvfabric-chunk-key`, then
     /// `kvfabric-chunk-key-independent` (each optional).
     chunk_keys: Vec<ChunkKey>,
+    /// The engine's identity of the block (`kvfabric-engine-*`), for the events.
+    engine: Option<std::sync::Arc<kvfabric_core::events::EngineBlock>>,
 }
 
 /// The request body, read piece by piece within the body deadline.
@@ -104,6 +109,7 @@ pub(crate) async fn put_block(
         model: plan.model,
         form: plan.form,
         chunk_keys: plan.chunk_keys,
+        engine: plan.engine,
     };
     let done = match fabric.put(req, &mut body).await {
         Ok(d) => d,
@@ -178,6 +184,7 @@ fn plan<'a>(app: &'a App, headers: &HeaderMap) -> Result<(&'a Fabric, Plan<'a>),
     .into_iter()
     .flatten()
     .collect();
+    let engine = engine_headers::engine_block(headers, g)?;
     let expected = model.layout.payload_len;
     let max = app.limits.max_body_bytes;
     if expected > max {
@@ -200,6 +207,7 @@ fn plan<'a>(app: &'a App, headers: &HeaderMap) -> Result<(&'a Fabric, Plan<'a>),
             model,
             form,
             chunk_keys,
+            engine,
         },
     ))
 }

@@ -55,7 +55,7 @@
 //! Open scans every segment's entry headers and seeks over payloads; only the last entry of
 //! each segment is read in full, since only an append in progress can be torn. An entry that
 //! runs past the end of its file is a torn tail: the file is cut before it (nothing after it
-//! is served). A header that fails its checksum is skipped by searching forward for the next
+//! is served), right after the last whole entry (so bytes skipped just before it go too). A header that fails its checksum is skipped by searching forward for the next
 //! valid magic + checksum (resync), so later entries survive. Every other payload is
 //! verified on [`read`](TierBackend::read), [`scrub`](DiskTier::scrub) and compaction; one
 //! that does not match is quarantined (dropped from the index, counted, tombstoned so that it
@@ -75,6 +75,8 @@
 mod compact;
 mod config;
 mod entry;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod recover;
 mod report;
 mod segment;

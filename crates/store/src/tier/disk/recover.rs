@@ -149,12 +149,12 @@ fn scan_segment(dir: &Path, n: u32, counters: &mut DiskCounters) -> Result<Scann
     }
 
     let mut entries: Vec<(u64, EntryHeader)> = Vec::new();
-    let mut torn_at = None;
+    let mut torn = false;
     let mut at = SEGMENT_HEADER_LEN;
     let mut hb = [0u8; HEADER_BYTES];
     while at < len {
         if len - at < ENTRY_HEADER_LEN {
-            torn_at = Some(at);
+            torn = true;
             break;
         }
         seg.read_at(&mut hb, at)?;
@@ -165,7 +165,7 @@ fn scan_segment(dir: &Path, n: u32, counters: &mut DiskCounters) -> Result<Scann
             }
             // A valid header whose payload runs past the end: the append in progress.
             Ok(_) => {
-                torn_at = Some(at);
+                torn = true;
                 break;
             }
             Err(_) => match resync(&seg, at + 1, len)? {
@@ -175,32 +175,42 @@ fn scan_segment(dir: &Path, n: u32, counters: &mut DiskCounters) -> Result<Scann
                 }
                 // Nothing valid follows: a torn (or garbled) tail.
                 None => {
-                    torn_at = Some(at);
+                    torn = true;
                     break;
                 }
             },
         }
     }
-    if let Some(cut) = torn_at {
-        seg.truncate(cut)?;
+    // Cuts go right after the last whole entry: bytes a resync skipped before the torn (or
+    // quarantined) entry would otherwise stay as the tail, with new entries appended after.
+    if torn {
+        seg.truncate(intact_end(&entries))?;
         seg.sync()?;
         counters.torn_tails_truncated += 1;
     }
     // Only the last entry can be half-written with its length complete (power loss with
-    // deferred sync): verify it in full. A mismatch there is quarantined by cutting it off.
+    // deferred sync): verify it in full. A mismatch there is quarantined by cutting it off,
+    // together with any bytes skipped before it.
     if let Some(&(offset, h)) = entries.last() {
         if h.kind == EntryKind::Block {
             let (_, found) =
                 seg.read_hashed(offset + ENTRY_HEADER_LEN, h.payload_len, &h.namespace)?;
             if found != h.id {
                 counters.quarantined += 1;
-                seg.truncate(offset)?;
-                seg.sync()?;
                 entries.pop();
+                seg.truncate(intact_end(&entries))?;
+                seg.sync()?;
             }
         }
     }
     Ok((seg, entries))
+}
+
+/// Where the last of `entries` ends (the segment header's end when there is none).
+fn intact_end(entries: &[(u64, EntryHeader)]) -> u64 {
+    entries
+        .last()
+        .map_or(SEGMENT_HEADER_LEN, |&(offset, h)| offset + h.entry_len())
 }
 
 /// The offset of the next decodable entry header at or after `from`, if any.
