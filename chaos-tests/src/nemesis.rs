@@ -12,6 +12,7 @@ use crate::history::{Fault, FaultKind, Recorder};
 use crate::nodes::Nodes;
 use crate::relay::{Net, Rules};
 use crate::rng::Rng;
+use kvfabric_progress::Progress;
 
 /// Set by SIGINT / SIGTERM: the run stops injecting, heals, cuts its final checks short,
 /// cleans up and reports what it checked.
@@ -61,7 +62,9 @@ pub fn sleep_interruptible(ms: u64) {
     }
 }
 
-/// Injects faults until `deadline_ms` (run clock) or an interrupt; leaves everything healed.
+/// Injects faults until `deadline_ms` (run clock) or an interrupt, naming each on `bar`;
+/// leaves everything healed.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     nodes: &mut Nodes,
     net: &Net,
@@ -70,8 +73,10 @@ pub fn run(
     pace: Pace,
     kinds: &[FaultKind],
     deadline_ms: f64,
+    bar: &Progress,
 ) {
     let client = Client::new(Duration::from_secs(2));
+    let mut injected = 0u64;
     let apis: Vec<String> = nodes.layout.iter().map(|n| n.api()).collect();
     let n = nodes.len() as u64;
     let mut order: Vec<FaultKind> = Vec::new();
@@ -100,6 +105,8 @@ pub fn run(
             }
         };
         let start_ms = rec.now_ms();
+        injected += 1;
+        bar.message(format!("fault {injected}: {}", kind.name()));
         let (hit, detail): (Vec<u64>, String) = match kind {
             FaultKind::Kill | FaultKind::KillWipe => {
                 let v = pick(rng);
@@ -187,6 +194,10 @@ pub fn run(
             FaultKind::PartitionAsymmetric => false,
             _ => leader.is_some_and(|l| hit.contains(&l)),
         };
+        bar.message(format!(
+            "{injected} faults; last {} on {hit:?} ({detail})",
+            kind.name()
+        ));
         rec.fault(Fault {
             kind,
             nodes: hit,

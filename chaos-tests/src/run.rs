@@ -8,6 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use kvfabric_progress::{Progress, Unit};
 
 use crate::checker::{check, FinalState};
 use crate::client::Client;
@@ -267,6 +268,7 @@ fn drive(
         cfg.op_timeout,
     );
     let deadline_ms = cfg.duration.as_secs_f64() * 1000.0;
+    let bar = Progress::clock("kvfabric-chaos", cfg.duration);
     nemesis::run(
         nodes,
         net,
@@ -275,7 +277,9 @@ fn drive(
         cfg.pace,
         &cfg.kinds,
         deadline_ms,
+        &bar,
     );
+    bar.finish();
     let ran_s = rec.now_ms() / 1000.0;
     let healed_at = Instant::now();
     eprintln!(
@@ -361,10 +365,17 @@ fn settle(
     });
     let mut holders = BTreeMap::new();
     let mut mapped = BTreeMap::new();
+    let bar = Progress::new(
+        "kvfabric-chaos probes",
+        acked.len() as u64,
+        Unit::Items("acknowledged blocks"),
+    );
+    bar.message("every node's HEAD and a lookup of each key");
     for (key, block) in &acked {
         if nemesis::interrupted() {
             break;
         }
+        bar.inc(1);
         holders.insert(block.clone(), holders_of(client, apis, block));
         let m = match client.lookup(&apis[0], key) {
             Outcome::Looked { block, .. } => Some(block),
@@ -374,6 +385,7 @@ fn settle(
             mapped.insert(key.clone(), m);
         }
     }
+    bar.finish();
     // Keys whose put was not acknowledged may still be mapped (unknown outcome).
     for o in &h.ops {
         if nemesis::interrupted() {

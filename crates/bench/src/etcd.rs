@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use kvfabric_progress::{Progress, Unit};
 
 use crate::report::{block_of, dir_bytes, pick, rss_bytes, Latency, Side};
 use crate::DirectoryArgs;
@@ -138,7 +139,7 @@ pub(super) fn run(a: &DirectoryArgs, work: &Path, procs: &Procs) -> anyhow::Resu
     };
     let (rss_before, disk_before) = (rss(procs), dir_bytes(work));
     println!("etcd: registering {} records, one put each", a.records);
-    let reg_s = clients(a, &client, put_one)?;
+    let reg_s = clients(a, &client, "etcd registrations", put_one)?;
     let (rss_after, disk_after) = (rss(procs), dir_bytes(work));
     let per = |b: u64, a2: u64| a2.saturating_sub(b) as f64 / a.records as f64 / MEMBERS as f64;
     println!("etcd: {} puts in {reg_s:.2} s", a.records);
@@ -153,10 +154,15 @@ pub(super) fn run(a: &DirectoryArgs, work: &Path, procs: &Procs) -> anyhow::Resu
         ..a.clone()
     };
     let records = a.records;
-    let txn_s = clients(&batched, &client, move |agent, url, b| {
-        let first = b * TXN_RECORDS as u64;
-        txn(agent, url, first..(first + TXN_RECORDS as u64).min(records))
-    })?;
+    let txn_s = clients(
+        &batched,
+        &client,
+        "etcd txn batches",
+        move |agent, url, b| {
+            let first = b * TXN_RECORDS as u64;
+            txn(agent, url, first..(first + TXN_RECORDS as u64).min(records))
+        },
+    )?;
     Ok(Side {
         reg_per_s: a.records as f64 / reg_s,
         reg_batched: Some((
@@ -206,21 +212,24 @@ fn healthy(agent: &ureq::Agent, url: &str) -> bool {
 }
 
 /// Runs `op(agent, endpoint, i)` for `i` in `0..a.records` on `a.clients` threads (thread `c`
-/// on endpoint `c % 3`, with its own keep-alive agent); returns the seconds it took.
-fn clients<F>(a: &DirectoryArgs, urls: &[String], op: F) -> anyhow::Result<f64>
+/// on endpoint `c % 3`, with its own keep-alive agent), under a bar named `what`; returns the
+/// seconds it took.
+fn clients<F>(a: &DirectoryArgs, urls: &[String], what: &str, op: F) -> anyhow::Result<f64>
 where
     F: Fn(&ureq::Agent, &str, u64) -> anyhow::Result<()> + Send + Sync + Copy + 'static,
 {
     let t0 = Instant::now();
+    let bar = Progress::new(what, a.records, Unit::Items("requests"));
     let handles: Vec<_> = (0..a.clients)
         .map(|c| {
             let url = urls[c % urls.len()].clone();
-            let (records, clients) = (a.records, a.clients as u64);
+            let (records, clients, bar) = (a.records, a.clients as u64, bar.clone());
             std::thread::spawn(move || {
                 let agent = agent();
                 let mut i = c as u64;
                 while i < records {
                     op(&agent, &url, i)?;
+                    bar.inc(1);
                     i += clients;
                 }
                 Ok::<(), anyhow::Error>(())
@@ -231,6 +240,7 @@ where
         h.join()
             .map_err(|_| anyhow::anyhow!("an etcd client panicked"))??;
     }
+    bar.finish();
     Ok(t0.elapsed().as_secs_f64())
 }
 
@@ -293,10 +303,17 @@ fn txn(agent: &ureq::Agent, url: &str, range: std::ops::Range<u64>) -> anyhow::R
 }
 
 fn lookups(a: &DirectoryArgs, urls: &[String], serializable: bool) -> anyhow::Result<Latency> {
+    let what = if serializable {
+        "etcd serializable lookups"
+    } else {
+        "etcd linearizable lookups"
+    };
+    let bar = Progress::new(what, a.lookups, Unit::Items("lookups"));
     let handles: Vec<_> = (0..a.clients)
         .map(|c| {
             let url = urls[c % urls.len()].clone();
             let (lookups, clients, records) = (a.lookups, a.clients as u64, a.records);
+            let bar = bar.clone();
             std::thread::spawn(move || {
                 let agent = agent();
                 let mut samples = Vec::new();
@@ -309,6 +326,7 @@ fn lookups(a: &DirectoryArgs, urls: &[String], serializable: bool) -> anyhow::Re
                     samples.push(t.elapsed());
                     let n = v.get("kvs").and_then(|k| k.as_array()).map_or(0, |k| k.len());
                     anyhow::ensure!(n == 1, "range of record {i}: expected 1 kv, found {v}");
+                    bar.inc(1);
                     k += clients;
                 }
                 Ok::<_, anyhow::Error>(samples)
@@ -322,6 +340,7 @@ fn lookups(a: &DirectoryArgs, urls: &[String], serializable: bool) -> anyhow::Re
                 .map_err(|_| anyhow::anyhow!("an etcd client panicked"))??,
         );
     }
+    bar.finish();
     Ok(Latency::of(all))
 }
 

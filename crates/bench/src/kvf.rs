@@ -11,6 +11,7 @@ use anyhow::Context;
 use kvfabric_directory::{
     Batcher, Directory, DirectoryConfig, NodeId, ReadConsistency, ShardId, SystemClock,
 };
+use kvfabric_progress::{Progress, Unit};
 use kvfabric_store::Tier;
 use kvfabric_transport::NodeIdentity;
 
@@ -116,14 +117,16 @@ async fn measure(
     let rss_before = rss_bytes(std::process::id()).unwrap_or(0);
     let disk_before = store_bytes(work);
     let t0 = Instant::now();
+    let bar = Progress::new("kvfabric registrations", a.records, Unit::Items("records"));
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..a.clients {
         let batcher = batchers[c % batchers.len()].clone();
-        let (records, clients) = (a.records, a.clients as u64);
+        let (records, clients, bar) = (a.records, a.clients as u64, bar.clone());
         tasks.spawn(async move {
             let mut i = c as u64;
             while i < records {
                 batcher.claim(block_of(i), Tier::Host, None).await?;
+                bar.inc(1);
                 i += clients;
             }
             Ok::<(), kvfabric_directory::DirectoryError>(())
@@ -133,6 +136,7 @@ async fn measure(
         r.context("a registration client panicked")??;
     }
     let reg_s = t0.elapsed().as_secs_f64();
+    bar.finish();
     for b in batchers {
         if let Some(b) = Arc::into_inner(b) {
             b.close().await;
@@ -197,10 +201,16 @@ async fn lookups(
     members: &[Member],
     consistency: ReadConsistency,
 ) -> anyhow::Result<Latency> {
+    let bar = Progress::new(
+        &format!("kvfabric {consistency:?} lookups").to_lowercase(),
+        a.lookups,
+        Unit::Items("lookups"),
+    );
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..a.clients {
         let dir = members[c % members.len()].dir.clone();
         let (lookups, clients, records) = (a.lookups, a.clients as u64, a.records);
+        let bar = bar.clone();
         tasks.spawn(async move {
             let mut samples = Vec::new();
             let mut k = c as u64;
@@ -210,6 +220,7 @@ async fn lookups(
                 let owners = dir.owners(&block, consistency).await?;
                 samples.push(t.elapsed());
                 anyhow::ensure!(owners.len() == 1, "block {block:?}: owners {owners:?}");
+                bar.inc(1);
                 k += clients;
             }
             Ok::<_, anyhow::Error>(samples)
@@ -219,5 +230,6 @@ async fn lookups(
     while let Some(r) = tasks.join_next().await {
         all.extend(r.context("a lookup client panicked")??);
     }
+    bar.finish();
     Ok(Latency::of(all))
 }

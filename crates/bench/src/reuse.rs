@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
+use kvfabric_progress::{Progress, Unit};
 use kvfabric_store::geometry::preset::builtin_preset;
 use kvfabric_store::{ModelGeometry, NamespaceKey, HEADER_LEN};
 use serde_json::{json, Value};
@@ -219,6 +220,7 @@ fn run_policy(
         w,
         a.parallel as usize,
         stop,
+        &format!("bench reuse {}", policy.as_str()),
     );
     let _ = tx.send(true);
     for t in tasks {
@@ -242,13 +244,17 @@ fn run_policy(
     })
 }
 
-/// Sends every agent's prompt through the router, `parallel` at a time, in agent order.
+/// Sends every agent's prompt through the router, `parallel` at a time, in agent order, with
+/// a bar named `what` (on a terminal) and a line per request on stderr.
 fn send_all(
     router: &str,
     w: &Workload,
     parallel: usize,
     stop: &AtomicBool,
+    what: &str,
 ) -> anyhow::Result<Vec<RequestOutcome>> {
+    let bar = Progress::new(what, w.agents.len() as u64, Unit::Items("requests"));
+    let bar = &bar;
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(REQUEST_TIMEOUT))
@@ -264,7 +270,8 @@ fn send_all(
                 if i >= w.agents.len() || stop.load(Ordering::SeqCst) {
                     return;
                 }
-                let r = send_one(&agent, router, i, &w.agents[i].tokens);
+                let r = send_one(&agent, router, i, &w.agents[i].tokens, bar);
+                bar.inc(1);
                 let failed = r.is_err();
                 results.lock().expect("not poisoned")[i] = Some(r);
                 if failed {
@@ -273,6 +280,7 @@ fn send_all(
             });
         }
     });
+    bar.finish();
     let results = results.into_inner().expect("not poisoned");
     let mut out = Vec::with_capacity(results.len());
     let mut unsent = false;
@@ -293,6 +301,7 @@ fn send_one(
     router: &str,
     i: usize,
     tokens: &[u32],
+    bar: &Progress,
 ) -> anyhow::Result<RequestOutcome> {
     let body = json!({ "tokens": tokens, "request_id": format!("agent-{i:02}") });
     let mut resp = agent
@@ -337,9 +346,9 @@ fn send_one(
                 .and_then(Value::as_f64)
                 .unwrap_or(0.0),
     };
-    eprintln!(
+    bar.line(format!(
         "  agent {i:02} -> {}: {} chunks, {} hits, {} tokens recomputed, first block {:.1} ms",
         o.routed_to, o.chunks, o.hits, o.recomputed_tokens, o.ttfb_ms
-    );
+    ));
     Ok(o)
 }

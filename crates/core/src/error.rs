@@ -94,6 +94,13 @@ pub enum FabricError {
     /// A route whose model was not named and could not be inferred.
     #[error("{0}")]
     ModelRequired(String),
+    /// A membership change that is not allowed as asked (what and why).
+    #[error("membership change refused: {0}")]
+    MembershipRefused(String),
+    /// A membership change that did not complete within its bound; what was done stays, and
+    /// asking again resumes from there.
+    #[error("membership change incomplete: {0}")]
+    MembershipIncomplete(String),
 }
 
 impl From<ArenaError> for FabricError {

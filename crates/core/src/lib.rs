@@ -3,11 +3,11 @@
 //! Owns: [`Fabric`], the one type whose methods are the node's use-cases (put, get, head,
 //! delete, lookup, route, the per-request arenas of hybrid models) and views ([`fabric`]); the local side — the tiered store with what
 //! this node holds and the chunk keys put on it ([`local`]); the node's KV event log
-//! ([`events`]); the cluster side — membership and leases, replication, cross-node gets,
-//! re-replication, tier sync, the control protocol, the Raft network and the measured
-//! bandwidths ([`cluster`]: async drivers); the decisions they act on as pure functions of
-//! `now` and state — liveness, replica placement, owner ranking, repair plans, route scores
-//! ([`decide`]); the model
+//! ([`events`]); the cluster side — membership and leases, live membership changes (add,
+//! drain, remove), replication, cross-node gets, re-replication, tier sync, the control
+//! protocol, the Raft network and the measured bandwidths ([`cluster`]: async drivers); the
+//! decisions they act on as pure functions of `now` and state — liveness, replica placement,
+//! owner ranking, repair and drain plans, route scores ([`decide`]); the model
 //! catalog ([`presets`]); the cluster's namespace secret file and its rotation ([`secret`]);
 //! the validated configuration it runs with ([`config`]); and its
 //! error ([`error`]).

@@ -1,5 +1,5 @@
-//! Changing who replicates the shard: add a learner, promote learners to voters, remove
-//! members. Each change runs on the leader (forwarded when needed) and returns its log index.
+//! Changing who replicates the shard: add a learner, promote learners to voters, demote a
+//! voter to a learner, remove members. Each change runs on the leader (forwarded when needed) and returns its log index.
 
 use std::collections::BTreeSet;
 
@@ -43,6 +43,16 @@ impl Directory {
         self.membership_call(ForwardRequest::ChangeMembership {
             changes,
             retain: false,
+        })
+        .await
+    }
+
+    /// Makes voter `node` a learner: it keeps replicating, stops voting.
+    pub async fn demote(&self, node: NodeId) -> Result<u64, DirectoryError> {
+        let changes = ChangeMembers::RemoveVoters(BTreeSet::from([node]));
+        self.membership_call(ForwardRequest::ChangeMembership {
+            changes,
+            retain: true,
         })
         .await
     }

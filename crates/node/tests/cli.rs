@@ -223,6 +223,17 @@ fn certs_writes_a_ca_and_one_certificate_per_node_and_refuses_zero_nodes() {
         assert!(out.join(f).is_file(), "{f} missing; stdout: {}", stdout(&o));
     }
     assert!(!out.join("node3.pem").exists());
+    // One more member later: its certificate from the same CA, the others untouched.
+    let ca_before = std::fs::read(out.join("ca.pem")).unwrap();
+    let node1_before = std::fs::read(out.join("node1.pem")).unwrap();
+    let o = kvfabric(&["certs", "--out", out.to_str().unwrap(), "--add", "3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(out.join("node3.pem").is_file() && out.join("node3.key.pem").is_file());
+    assert_eq!(std::fs::read(out.join("ca.pem")).unwrap(), ca_before);
+    assert_eq!(std::fs::read(out.join("node1.pem")).unwrap(), node1_before);
+    let o = kvfabric(&["certs", "--out", dir.path().to_str().unwrap(), "--add", "3"]);
+    assert_eq!(o.status.code(), Some(1), "no CA there");
+    assert!(stderr(&o).contains("ca.pem"), "{}", stderr(&o));
     let o = kvfabric(&["certs", "--out", out.to_str().unwrap(), "--nodes", "0"]);
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);

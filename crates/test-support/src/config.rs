@@ -62,6 +62,9 @@ pub struct NodeConfigFile {
     /// `[route]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<RouteSection>,
+    /// `[operator]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<OperatorSection>,
     /// `[arenas]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arenas: Option<ArenasSection>,
@@ -198,6 +201,13 @@ pub struct RouteSection {
     pub default_bandwidth_gbps: Option<f64>,
 }
 
+/// `[operator]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OperatorSection {
+    /// The operator's bearer token.
+    pub token: String,
+}
+
 /// `[cluster]`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClusterSection {
@@ -255,6 +265,7 @@ impl NodeConfigFile {
             tenants: Vec::new(),
             events: None,
             route: None,
+            operator: None,
             arenas: None,
             cluster: None,
         }

@@ -1,8 +1,8 @@
 //! kvfabric's tools: the operator and test commands that stand beside a node, as a library
 //! the `kvfabric` binary calls (so the command line stays one).
 //!
-//! Owns: `kvfabric cluster up|down` (a local cluster of separate node processes,
-//! [`cluster`]), the multi-agent demo ([`demo`]), the reference router ([`router`]), the
+//! Owns: `kvfabric cluster up|down|add|remove` (a local cluster of separate node processes,
+//! grown and shrunk while it runs, [`cluster`]), the multi-agent demo ([`demo`]), the reference router ([`router`]), the
 //! stand-in engine ([`engine_sim`]), the blocking HTTP client of the one-shot commands
 //! ([`client`]), what the router's and engine's HTTP servers share ([`json_api`],
 //! [`metrics_text`]), and the exit codes every command uses ([`exit`]).

@@ -1,7 +1,7 @@
 //! Cluster certificates for mutual TLS: a cluster CA and one certificate per node (rcgen).
 //!
-//! Owns generating them ([`generate_cluster`], [`ClusterCa`]), writing and loading the PEM
-//! files, and [`NodeIdentity`], what a transport presents and trusts. Every node's
+//! Owns generating them ([`generate_cluster`], [`ClusterCa`], which also reloads a CA to
+//! issue a certificate for a member added later), writing and loading the PEM files, and [`NodeIdentity`], what a transport presents and trusts. Every node's
 //! certificate is valid for both sides of TLS (server and client auth), because every node
 //! both serves and fetches. Keys are ECDSA P-256. The CA key is written next to the
 //! certificates so that `kvfabric certs` can be rerun; keep it off the nodes in production.
@@ -73,17 +73,23 @@ fn rcgen_err(what: &str) -> impl Fn(rcgen::Error) -> TransportError + '_ {
     }
 }
 
+/// The CA's certificate parameters (one definition for a fresh CA and a reloaded one).
+fn ca_params() -> Result<CertificateParams, TransportError> {
+    let mut params =
+        CertificateParams::new(Vec::<String>::new()).map_err(rcgen_err("CA parameters"))?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "kvfabric cluster CA");
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    Ok(params)
+}
+
 impl ClusterCa {
     /// A fresh CA (new key).
     pub fn generate() -> Result<ClusterCa, TransportError> {
         let key = KeyPair::generate().map_err(rcgen_err("generating the CA key"))?;
-        let mut params =
-            CertificateParams::new(Vec::<String>::new()).map_err(rcgen_err("CA parameters"))?;
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "kvfabric cluster CA");
-        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let params = ca_params()?;
         let cert = params
             .self_signed(&key)
             .map_err(rcgen_err("self-signing the CA"))?;
@@ -92,6 +98,37 @@ impl ClusterCa {
             cert_pem: cert.pem(),
             issuer: Issuer::new(params, key),
         })
+    }
+
+    /// The CA [`generate_cluster`] wrote into `dir` (`ca.pem`, `ca.key.pem`), to issue more
+    /// certificates under it (a member added to a running cluster).
+    pub fn load(dir: &Path) -> Result<ClusterCa, TransportError> {
+        let cert_path = dir.join("ca.pem");
+        let key_path = dir.join("ca.key.pem");
+        let cert_pem = fs::read_to_string(&cert_path).map_err(|e| certs_err(&cert_path, e))?;
+        let key_pem = fs::read_to_string(&key_path).map_err(|e| certs_err(&key_path, e))?;
+        let cert = CertificateDer::from_pem_slice(cert_pem.as_bytes())
+            .map_err(|e| certs_err(&cert_path, e))?;
+        let key = KeyPair::from_pem(&key_pem).map_err(|e| certs_err(&key_path, e))?;
+        Ok(ClusterCa {
+            cert,
+            cert_pem,
+            issuer: Issuer::new(ca_params()?, key),
+        })
+    }
+
+    /// Issues `name`'s certificate and key into `dir` (`name.pem`, `name.key.pem`, the key
+    /// mode 0600), replacing files of those names.
+    pub fn issue_into(&self, dir: &Path, name: &str) -> Result<NodeFiles, TransportError> {
+        let files = NodeFiles {
+            name: name.to_owned(),
+            cert: dir.join(format!("{name}.pem")),
+            key: dir.join(format!("{name}.key.pem")),
+        };
+        let (cert, key) = self.issue_pem(name)?;
+        write_file(&files.cert, &cert, false)?;
+        write_file(&files.key, &key, true)?;
+        Ok(files)
     }
 
     /// The CA certificate (DER).

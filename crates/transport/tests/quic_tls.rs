@@ -145,3 +145,46 @@ async fn nodes_loaded_from_generated_files_talk() {
     assert_eq!(got.id(), block.id());
     assert_eq!(server.local_peer().name, "node1");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_issued_later_by_the_reloaded_ca_talks_with_the_first_ones() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    generate_cluster(dir.path(), 2).expect("generate");
+    // A member added to the running cluster: its certificate comes from the same CA, loaded
+    // back from the files.
+    let files = ClusterCa::load(dir.path())
+        .expect("reload the CA")
+        .issue_into(dir.path(), "node3")
+        .expect("issue node3");
+    assert!(files.cert.ends_with("node3.pem"), "{files:?}");
+    let node1 = NodeIdentity::load_from_dir(dir.path(), "node1").expect("node1");
+    let node3 = NodeIdentity::load_from_dir(dir.path(), "node3").expect("node3");
+    assert_eq!(node3.ca_cert(), node1.ca_cert(), "the same CA");
+    let (source, block) = served_source();
+    let server = QuicTransport::bind(suite_config(), &node1, loopback(), source)
+        .await
+        .expect("server");
+    let (source3, block3) = {
+        let b = test_block(ns(), 40_000, 9);
+        let s = Arc::new(MemorySource::new());
+        s.insert(b.clone());
+        (s, b)
+    };
+    let client = QuicTransport::bind(suite_config(), &node3, loopback(), source3)
+        .await
+        .expect("client");
+    let got = client
+        .fetch(&server.local_peer(), ns(), block.id())
+        .await
+        .expect("node3 fetches from node1");
+    assert_eq!(got.bytes(), block.bytes());
+    let back = server
+        .fetch(&client.local_peer(), ns(), block3.id())
+        .await
+        .expect("node1 fetches from node3");
+    assert_eq!(back.bytes(), block3.bytes());
+    assert!(
+        ClusterCa::load(&dir.path().join("nowhere")).is_err(),
+        "a missing CA is an error"
+    );
+}

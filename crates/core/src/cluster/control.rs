@@ -6,8 +6,10 @@
 //! body of at most [`CONTROL_FRAME_BYTES_MAX`] bytes each way. Requests:
 //! [`ControlRequest::Replicate`], "fetch block `block` of `namespace` from member `from` over
 //! the block transport, verify, install, register yourself as an owner, then answer", and
-//! [`ControlRequest::Usage`], "report your tiers (and the bandwidths you measured)",
-//! [`ControlRequest::Events`], "send your event batches from here" (the cluster feed), and
+//! [`ControlRequest::Usage`], "report your tiers (and the bandwidths you measured, and your
+//! counters)"; [`ControlRequest::Describe`], "say who you are and where you are reached";
+//! [`ControlRequest::Drain`], "you are leaving: copy what only you hold enough of";
+//! [`ControlRequest::Events`], "send your event batches from here" (the cluster feed); and
 //! [`ControlRequest::BlockInfo`], "what do your events say of this block".
 
 use kvfabric_store::{BlockId, NamespaceKey};
@@ -53,6 +55,13 @@ pub enum ControlRequest {
         /// The block.
         block: BlockId,
     },
+    /// Say who you are and where you are reached (a member added at run time, whose
+    /// addresses only the Raft membership's entry and the member itself know).
+    Describe,
+    /// You are leaving: give every block you hold that has fewer than `replication` copies on
+    /// other voters the copies it lacks (in the background, started by the first request),
+    /// and say how far that is.
+    Drain,
 }
 
 /// One tier of a member, as `GET /v1/cluster` shows it.
@@ -85,6 +94,34 @@ pub enum ControlResponse {
         /// member that predates them).
         #[serde(default)]
         inbound: Vec<crate::cluster::bandwidth::InboundLink>,
+        /// The member's counters, for the operator's dashboard (absent from a member that
+        /// predates them).
+        #[serde(default)]
+        stats: Option<crate::cluster::stats::MemberStats>,
+    },
+    /// This member's description of itself.
+    Member {
+        /// Its id.
+        id: u64,
+        /// Its HTTP API.
+        api: String,
+        /// Its block transport.
+        transport: std::net::SocketAddr,
+        /// Its Raft endpoint.
+        raft: std::net::SocketAddr,
+        /// Whether it is ready (joined, caught up with its own join, blocks registered).
+        ready: bool,
+    },
+    /// How the drain stands.
+    Drained {
+        /// Blocks this member holds.
+        held: u64,
+        /// Copies made on other voters since the drain started.
+        copied: u64,
+        /// Held blocks that still have fewer than `replication` copies on other voters.
+        remaining: u64,
+        /// No drain runs and none remains: the member may leave.
+        done: bool,
     },
     /// The batches asked for.
     Events(crate::events::poll::PollReply),

@@ -1,6 +1,8 @@
 //! The callee side of the control channel: what a member does when another asks it to take
-//! a verified copy of a block (the peer side of `replication`) or to report its tiers (for
-//! `GET /v1/cluster`, with the bandwidths it measured into itself, for `POST /v1/route`).
+//! a verified copy of a block (the peer side of `replication`), to describe itself (a member
+//! added at run time) or to drain before it leaves (`drain`) or to report its tiers (for
+//! `GET /v1/cluster`, with the bandwidths it measured into itself, for `POST /v1/route`, and
+//! its counters, for the operator's dashboard).
 
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
@@ -9,6 +11,7 @@ use kvfabric_store::{BlockId, NamespaceKey};
 use kvfabric_transport::PeerAddr;
 
 use super::control::{ControlHandler, ControlRequest, ControlResponse, TierUsageView};
+use super::stats::MemberStats;
 use super::Cluster;
 use crate::ids::NodeId;
 use crate::local::LocalNode;
@@ -25,10 +28,23 @@ impl ControlServer {
         ControlServer { cluster, local }
     }
 
-    /// This node's tiers.
-    fn usage(&self) -> Vec<TierUsageView> {
-        match self.local.snapshot() {
-            Ok(s) => s
+    /// This node's tiers and counters.
+    fn usage(&self) -> ControlResponse {
+        let cluster = self.cluster.upgrade();
+        let inbound = cluster
+            .as_ref()
+            .map(|c| c.bandwidth.inbound())
+            .unwrap_or_default();
+        let Ok(s) = self.local.snapshot() else {
+            return ControlResponse::Usage {
+                tiers: Vec::new(),
+                inbound,
+                stats: None,
+            };
+        };
+        let transport = cluster.as_ref().map(|c| c.transport.counters());
+        ControlResponse::Usage {
+            tiers: s
                 .usage
                 .iter()
                 .map(|u| TierUsageView {
@@ -38,7 +54,45 @@ impl ControlServer {
                     blocks: u.blocks,
                 })
                 .collect(),
-            _ => Vec::new(),
+            inbound,
+            stats: Some(MemberStats::of(
+                &s,
+                self.local.reads_not_found(),
+                transport.as_ref(),
+            )),
+        }
+    }
+
+    /// Who this member is and whether it is ready.
+    fn describe(&self) -> ControlResponse {
+        let Some(cluster) = self.cluster.upgrade() else {
+            return refused("shutting_down", "the node is stopping");
+        };
+        match cluster.me_member() {
+            Some(m) => ControlResponse::Member {
+                id: m.id.0,
+                api: m.api,
+                transport: m.transport,
+                raft: m.raft,
+                ready: cluster.ready().is_ok(),
+            },
+            None => refused("not_configured", "this node's config does not list it"),
+        }
+    }
+
+    /// The leaving member's drain: started by the first request, its progress.
+    fn drain(&self) -> ControlResponse {
+        let Some(cluster) = self.cluster.upgrade() else {
+            return refused("shutting_down", "the node is stopping");
+        };
+        match cluster.drain() {
+            Ok(p) => ControlResponse::Drained {
+                held: p.held,
+                copied: p.copied,
+                remaining: p.remaining,
+                done: p.done,
+            },
+            Err(message) => refused("store", &message),
         }
     }
 
@@ -65,7 +119,6 @@ impl ControlServer {
             Some((tier, _)) => tier,
             None => {
                 let m = cluster
-                    .config
                     .member(NodeId(from))
                     .ok_or(("unknown_member", format!("n{from} is not a member")))?;
                 let peer = PeerAddr::new(m.cert_name(), m.transport);
@@ -91,6 +144,13 @@ impl ControlServer {
             .await
             .map_err(|e| ("directory", e.to_string()))?;
         Ok(tier.name())
+    }
+}
+
+fn refused(code: &str, message: &str) -> ControlResponse {
+    ControlResponse::Refused {
+        code: code.to_owned(),
+        message: message.to_owned(),
     }
 }
 
@@ -133,14 +193,9 @@ impl ControlHandler for ControlServer {
                 ControlRequest::BlockInfo { namespace, block } => ControlResponse::BlockInfo {
                     info: self.local.info(&namespace, &block).ok().flatten(),
                 },
-                ControlRequest::Usage => ControlResponse::Usage {
-                    tiers: self.usage(),
-                    inbound: self
-                        .cluster
-                        .upgrade()
-                        .map(|c| c.bandwidth.inbound())
-                        .unwrap_or_default(),
-                },
+                ControlRequest::Usage => self.usage(),
+                ControlRequest::Describe => self.describe(),
+                ControlRequest::Drain => self.drain(),
             }
         })
     }

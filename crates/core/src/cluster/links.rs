@@ -14,12 +14,11 @@ use crate::ids::NodeId;
 pub(crate) const LINKS_MAX_AGE_MS: u64 = 2_000;
 
 impl Cluster {
-    /// Every configured member whose lease is current here, by id.
+    /// Every member whose lease is current here, by id.
     pub(crate) fn live_members(&self) -> Vec<NodeId> {
         let now_ms = self.clock.now_ms();
         let mut ids: Vec<NodeId> = self
-            .config
-            .members
+            .members()
             .iter()
             .map(|m| m.id)
             .filter(|id| self.is_live(*id, now_ms))

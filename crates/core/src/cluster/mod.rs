@@ -2,6 +2,10 @@
 //! incarnation ([`membership`]), the block transport serving its store ([`source`]), and
 //! the views `/v1/cluster`, `/readyz` and `/metrics` read ([`view`]).
 //!
+//! Who the members are is the Raft membership's business ([`members`]); it changes at run
+//! time one step at a time ([`reconfig`]: a new member joins as a learner, catches up and is
+//! promoted; a leaving one is demoted, drains ([`drain`]) and leaves).
+//!
 //! Start order (see [`Cluster::start`]): load the TLS identity; bind the block transport and
 //! the Raft endpoint; open the directory on `data_dir/raft`; the lowest-id member initializes
 //! the group with every configured member as a voter (skipped once it has a log); then, in the
@@ -20,14 +24,18 @@ pub mod control;
 mod control_server;
 mod dev_certs;
 mod dir_keys;
+pub(crate) mod drain;
 mod links;
+pub mod members;
 pub(crate) mod membership;
 mod peer_tls;
 pub mod raft_net;
+pub mod reconfig;
 pub(crate) mod remote_get;
 pub(crate) mod repair;
 pub(crate) mod replication;
 pub(crate) mod source;
+pub mod stats;
 pub(crate) mod tier_sync;
 pub mod view;
 
@@ -122,6 +130,12 @@ pub(crate) struct Cluster {
     pub(crate) tier_sync: tier_sync::TierSyncCounters,
     /// Measured node-to-node bandwidths (this node's and its peers' reports).
     pub(crate) bandwidth: crate::cluster::bandwidth::BandwidthTable,
+    /// Addresses of members not in the config, as they described themselves.
+    pub(crate) learned: members::Learned,
+    /// This member's drain, when it is leaving.
+    pub(crate) drainer: drain::Drainer,
+    /// One membership change at a time through this member.
+    pub(crate) reconfig: tokio::sync::Mutex<()>,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -230,6 +244,9 @@ impl Cluster {
             repair: repair::RepairCounters::default(),
             tier_sync: tier_sync::TierSyncCounters::default(),
             bandwidth: crate::cluster::bandwidth::BandwidthTable::new(me),
+            learned: members::Learned::default(),
+            drainer: drain::Drainer::default(),
+            reconfig: tokio::sync::Mutex::new(()),
             tasks: std::sync::Mutex::new(Vec::new()),
         });
         let handler = control_server::ControlServer::new(Arc::downgrade(&cluster), local);
@@ -237,10 +254,14 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// Starts, in the background: joining, re-registering and renewing; re-replication; and
-    /// recording the store's tier moves in the directory.
+    /// Starts, in the background: joining, re-registering and renewing; learning the
+    /// addresses of members added at run time; re-replication; and recording the store's tier
+    /// moves in the directory.
     pub(crate) fn run_membership(self: &Arc<Self>) {
-        let mut tasks = vec![tokio::spawn(membership::run(self.clone()))];
+        let mut tasks = vec![
+            tokio::spawn(membership::run(self.clone())),
+            tokio::spawn(members::run(self.clone())),
+        ];
         match self.local.watch_moves() {
             Ok(rx) => tasks.push(tokio::spawn(tier_sync::run(self.clone(), rx))),
             Err(e) => tracing::error!(error = %e, "tier moves will not reach the directory"),
@@ -259,6 +280,7 @@ impl Cluster {
         for t in tasks {
             t.abort();
         }
+        self.drainer.stop();
         if let Some(b) = self.incarnation.take_batcher() {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(2), b.close()).await;
         }

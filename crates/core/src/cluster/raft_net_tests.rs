@@ -106,6 +106,11 @@ impl ControlHandler for Answer {
                 ControlRequest::Usage => ControlResponse::Usage {
                     tiers: Vec::new(),
                     inbound: Vec::new(),
+                    stats: None,
+                },
+                ControlRequest::Describe | ControlRequest::Drain => ControlResponse::Refused {
+                    code: "test".into(),
+                    message: "not served by the test handler".into(),
                 },
                 ControlRequest::Events { .. } | ControlRequest::BlockInfo { .. } => {
                     ControlResponse::Refused {

@@ -48,7 +48,7 @@ impl Cluster {
         rank_owners(self.me, &owners, |n| self.is_live(n, now_ms))
             .into_iter()
             .filter_map(|n| {
-                let m = self.config.member(n)?;
+                let m = self.member(n)?;
                 Some((PeerAddr::new(m.cert_name(), m.transport), n))
             })
             .collect()

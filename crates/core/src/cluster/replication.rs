@@ -1,8 +1,9 @@
 //! Replication of a put: the node that sealed a block asks `replication − 1` other members to
 //! take verified copies, and the put is acknowledged with the number of copies that exist.
 //!
-//! Peers are chosen deterministically among the members whose lease is current, in the
-//! rendezvous order of [`crate::decide::placement`]. A peer that fails is replaced by the next in
+//! Peers are chosen deterministically among the voters whose lease is current, in the
+//! rendezvous order of [`crate::decide::placement`] (learners, joining or leaving, take no
+//! new copies; a put a learner takes itself waits for `replication` copies on voters). A peer that fails is replaced by the next in
 //! that order. Each peer (`control_server`, behind the control channel) fetches the block from
 //! the sealing node over the block transport (verified as it arrives), installs it,
 //! registers itself as an owner under its epoch, and only then answers. The whole wait is
@@ -32,13 +33,14 @@ pub(crate) struct Replicas {
 }
 
 impl Cluster {
-    /// The members other than this one whose lease is current, best peer for `id` first.
+    /// The voters other than this one whose lease is current, best peer for `id` first
+    /// (learners take no new copies: they are joining, or leaving).
     fn replica_order(&self, id: &BlockId) -> Vec<Member> {
         let now_ms = self.clock.now_ms();
-        let ids: Vec<_> = self.config.members.iter().map(|m| m.id).collect();
+        let ids = self.voters();
         replica_order(id, self.me, &ids, |m| self.is_live(m, now_ms))
             .into_iter()
-            .filter_map(|m| self.config.member(m).cloned())
+            .filter_map(|m| self.member(m))
             .collect()
     }
 
@@ -51,10 +53,13 @@ impl Cluster {
             // Planted bug (chaos harness): acknowledge every copy before any exists.
             return Replicas { have: want, want };
         }
-        let need = want.saturating_sub(1) as usize;
+        // A learner's own copy does not count: it is joining or leaving, and a leaving
+        // member's copy goes with it.
+        let mine = u32::from(self.voters().contains(&self.me));
+        let need = want.saturating_sub(mine) as usize;
         let copies = self.copy_to_peers(ns, id, need, &[]).await;
         Replicas {
-            have: 1 + copies as u32,
+            have: mine + copies as u32,
             want,
         }
     }

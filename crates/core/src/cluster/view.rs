@@ -22,6 +22,15 @@ use kvfabric_transport::CountersSnapshot;
 use super::Cluster;
 use crate::ids::NodeId;
 
+/// What another member reported of itself.
+#[derive(Debug, Clone, Default)]
+pub struct PeerUsage {
+    /// Its tiers.
+    pub tiers: Vec<TierUsageView>,
+    /// Its counters (absent from a member that predates them).
+    pub stats: Option<super::stats::MemberStats>,
+}
+
 /// One member as this node sees it.
 #[derive(Debug, Clone)]
 pub struct MemberView {
@@ -38,7 +47,7 @@ pub struct MemberView {
 /// The cluster as this node sees it.
 #[derive(Debug, Clone)]
 pub struct ClusterView {
-    /// Every configured member, by id.
+    /// Every member (the Raft membership's voters and learners), by id.
     pub members: Vec<MemberView>,
     /// The leader this node knows of.
     pub leader: Option<NodeId>,
@@ -84,6 +93,8 @@ pub struct ClusterMetrics {
     pub epoch: u64,
     /// Members whose lease is current here.
     pub members_healthy: u64,
+    /// Members this node knows of (the Raft membership's voters and learners).
+    pub members: u64,
     /// Raft RPCs that got a response / failed.
     pub raft_calls_ok: u64,
     /// Raft RPCs that failed.
@@ -107,13 +118,13 @@ impl Cluster {
             .read(|s| crate::decide::liveness::is_live(s.node(id).as_ref(), now_ms))
     }
 
-    /// The tiers of the other live members, by id (those that answered in time); their
-    /// bandwidth reports go to the bandwidth table.
-    pub(crate) async fn peer_tiers(&self) -> HashMap<NodeId, Vec<TierUsageView>> {
+    /// The tiers (and counters) of the other live members, by id (those that answered in
+    /// time); their bandwidth reports go to the bandwidth table.
+    pub(crate) async fn peer_tiers(&self) -> HashMap<NodeId, PeerUsage> {
         let now_ms = self.clock.now_ms();
         let limit = Duration::from_millis(PEER_USAGE_TIMEOUT_MS);
         let mut calls = JoinSet::new();
-        for m in &self.config.members {
+        for m in &self.members() {
             if m.id == self.me || !self.is_live(m.id, now_ms) {
                 continue;
             }
@@ -127,10 +138,18 @@ impl Cluster {
         }
         let mut out = HashMap::new();
         while let Some(joined) = calls.join_next().await {
-            if let Ok((id, Ok(ControlResponse::Usage { tiers, inbound }))) = joined {
+            if let Ok((
+                id,
+                Ok(ControlResponse::Usage {
+                    tiers,
+                    inbound,
+                    stats,
+                }),
+            )) = joined
+            {
                 self.bandwidth
                     .update_peer(id, inbound, std::time::Instant::now());
-                out.insert(id, tiers);
+                out.insert(id, PeerUsage { tiers, stats });
             }
         }
         out
@@ -143,8 +162,7 @@ impl Cluster {
         let leader = metrics.current_leader.map(|l| NodeId(l.0));
         let now_ms = self.clock.now_ms();
         let members = self
-            .config
-            .members
+            .members()
             .iter()
             .map(|m| {
                 let d = DirNodeId(m.id.0);
@@ -188,6 +206,7 @@ impl Cluster {
 
     /// The numbers for `/metrics`.
     pub(crate) fn metrics(&self) -> ClusterMetrics {
+        let members = self.members();
         let m = self.directory.metrics();
         let now_ms = self.clock.now_ms();
         let c = self.raft_net.counters();
@@ -197,12 +216,11 @@ impl Cluster {
             last_applied: m.last_applied.map_or(0, |l| l.index),
             last_log: m.last_log_index.unwrap_or(0),
             epoch: self.incarnation.epoch().map_or(0, |e| e.0),
-            members_healthy: self
-                .config
-                .members
+            members_healthy: members
                 .iter()
                 .filter(|mm| self.is_live(mm.id, now_ms))
                 .count() as u64,
+            members: members.len() as u64,
             raft_calls_ok: c.calls_ok.load(Ordering::Relaxed),
             raft_calls_failed: c.calls_failed.load(Ordering::Relaxed),
             raft_served: c.served.load(Ordering::Relaxed),

@@ -6,8 +6,10 @@
 //! - [`placement`]: the order in which members are asked for a new block's copies.
 //! - [`owners`]: the order in which a block's owners are tried for a read.
 //! - [`repair`]: what one re-replication pass copies.
+//! - [`drain`]: what a leaving member copies before it goes.
 //! - [`score`]: the cost of serving a request on each candidate node (routes).
 
+pub mod drain;
 pub mod liveness;
 pub mod owners;
 pub mod placement;

@@ -53,6 +53,14 @@ fn subscribe_replays_from_since_then_follows_live() {
     assert!(l.subscribe(Some(4)).is_ok());
     // A `since` in the future replays nothing and waits.
     assert!(l.subscribe(Some(100)).unwrap().replay.is_empty());
+    // Live only: the stream expects the next batch published, not seq 0 (which would read
+    // the first live batch as a gap).
+    let mut live = l.subscribe(None).unwrap();
+    assert!(live.replay.is_empty());
+    assert_eq!(live.next, 8);
+    l.publish(vec![stored(1)]);
+    assert_eq!(live.live.try_recv().unwrap().seq, live.next);
+    assert_eq!(l.subscribe(Some(5)).unwrap().next, 5);
 }
 
 #[test]

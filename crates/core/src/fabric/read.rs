@@ -58,7 +58,10 @@ impl Fabric {
                     Some(c) => c.fetch_remote(read, id).await,
                     None => None,
                 };
-                let hit = remote.ok_or(FabricError::NotFound)?;
+                let Some(hit) = remote else {
+                    self.local.count_not_found();
+                    return Err(FabricError::NotFound);
+                };
                 (hit.block, hit.tier, Some(hit.source))
             }
         };

@@ -1,8 +1,10 @@
 //! What the fabric shows of itself: the cluster as this node sees it (members, roles, health,
-//! tiers, leader, term, measured links), readiness, and the numbers behind the metrics.
+//! tiers, counters, leader, term, measured links), readiness, and the numbers behind the
+//! metrics.
 
 use super::Fabric;
 use crate::cluster::bandwidth::LinkView;
+use crate::cluster::stats::MemberStats;
 use crate::cluster::view::{ClusterMetrics, NotReady};
 use crate::error::FabricError;
 use crate::ids::NodeId;
@@ -39,6 +41,8 @@ pub struct MemberInfo {
     pub tiers: Vec<TierInfo>,
     /// Its lease is current here (a standalone node: its store is open).
     pub healthy: bool,
+    /// Its counters (none for a member that did not answer in time).
+    pub stats: Option<MemberStats>,
 }
 
 /// The cluster as this node sees it.
@@ -63,7 +67,16 @@ impl Fabric {
     /// Members with roles, health and tiers (the other members' asked of them, bounded), the
     /// leader, the term and the measured links; a standalone node is its own only member.
     pub async fn cluster_info(&self) -> Result<ClusterInfo, FabricError> {
-        let mut mine = tier_infos(&self.snapshot()?);
+        let snapshot = self.snapshot()?;
+        let mut mine = tier_infos(&snapshot);
+        let my_stats = MemberStats::of(
+            &snapshot,
+            self.local.reads_not_found(),
+            self.cluster
+                .as_ref()
+                .map(|c| c.transport.counters())
+                .as_ref(),
+        );
         let Some(c) = &self.cluster else {
             return Ok(ClusterInfo {
                 members: vec![MemberInfo {
@@ -72,6 +85,7 @@ impl Fabric {
                     role: ROLE_STANDALONE,
                     tiers: mine,
                     healthy: true,
+                    stats: Some(my_stats),
                 }],
                 leader: Some(self.me),
                 term: TERM_STANDALONE,
@@ -83,13 +97,13 @@ impl Fabric {
         let members = view
             .members
             .into_iter()
-            .map(|m| MemberInfo {
-                tiers: if m.id == self.me {
-                    std::mem::take(&mut mine)
+            .map(|m| {
+                let (tiers, stats) = if m.id == self.me {
+                    (std::mem::take(&mut mine), Some(my_stats))
                 } else {
-                    peers
-                        .remove(&m.id)
-                        .unwrap_or_default()
+                    let p = peers.remove(&m.id).unwrap_or_default();
+                    let tiers = p
+                        .tiers
                         .into_iter()
                         .map(|t| TierInfo {
                             tier: t.tier,
@@ -97,12 +111,17 @@ impl Fabric {
                             used: t.used,
                             blocks: t.blocks,
                         })
-                        .collect()
-                },
-                id: m.id,
-                api: m.api,
-                role: m.role,
-                healthy: m.healthy,
+                        .collect();
+                    (tiers, p.stats)
+                };
+                MemberInfo {
+                    tiers,
+                    stats,
+                    id: m.id,
+                    api: m.api,
+                    role: m.role,
+                    healthy: m.healthy,
+                }
             })
             .collect();
         Ok(ClusterInfo {
@@ -159,6 +178,7 @@ pub fn opening(me: NodeId, api: &str) -> ClusterInfo {
             role: ROLE_STANDALONE,
             tiers: Vec::new(),
             healthy: false,
+            stats: None,
         }],
         leader: Some(me),
         term: TERM_STANDALONE,

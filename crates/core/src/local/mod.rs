@@ -111,6 +111,8 @@ pub(crate) struct Local {
 /// The local side of a node.
 pub struct LocalNode {
     inner: Mutex<Local>,
+    /// Reads answered not found (no copy here, none fetched from a peer).
+    not_found: std::sync::atomic::AtomicU64,
 }
 
 impl LocalNode {
@@ -182,9 +184,21 @@ impl LocalNode {
         Ok((
             LocalNode {
                 inner: Mutex::new(local),
+                not_found: Default::default(),
             },
             recovery,
         ))
+    }
+
+    /// Counts a read answered not found.
+    pub(crate) fn count_not_found(&self) {
+        self.not_found
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Reads answered not found since the node started (no copy here, none fetched).
+    pub fn reads_not_found(&self) -> u64 {
+        self.not_found.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, Local>, LocalError> {

@@ -35,6 +35,7 @@ use kvfabric_core::{Fabric, FabricParts, SystemClock};
 
 use crate::config::{self, Loaded};
 use crate::http::metrics::Metrics;
+use crate::http::operator::Operator;
 use crate::http::tenancy::Tenancy;
 use crate::http::{router, serve, App};
 
@@ -78,6 +79,7 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
 
     let secrets = load_secrets(&config.namespace_secret)?;
     let tenancy = Tenancy::new(&config.namespaces, &config.tenants, &secrets);
+    let operator = Operator::new(config.operator.as_ref(), tenancy.is_open());
     let namespaces = tenancy.keys();
     let metrics = Metrics::new(config.node_id);
     let epoch = events::epoch::next_epoch(&config.data_dir).context("advancing the event epoch")?;
@@ -99,6 +101,7 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
         api: api.clone(),
         catalog: catalog.clone(),
         tenancy,
+        operator,
         limits: config.limits.clone(),
         metrics,
         fabric: OnceLock::new(),

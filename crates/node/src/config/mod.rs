@@ -52,6 +52,8 @@
 //! host_read_gbps = 80
 //! disk_read_gbps = 16
 //!
+//! [operator]                        # optional: who sees the dashboard, changes membership
+//! token = "…"                       # (operator.rs)
 //! [arenas]                          # optional: per-request arenas of hybrid models (arenas.rs)
 //! arenas_max = 64                   # live at once
 //! bytes_max = "1 GiB"               # held by all of them together
@@ -70,6 +72,7 @@ mod arenas;
 mod bytes;
 mod cluster;
 pub(crate) mod events;
+mod operator;
 mod raw;
 mod route;
 mod secret;
@@ -87,6 +90,7 @@ use kvfabric_core::NodeId;
 
 pub(crate) use events::EventsConfig;
 pub(crate) use kvfabric_core::config::{ClusterConfig, RouteConfig};
+pub(crate) use operator::OperatorToken;
 pub(crate) use secret::SecretSource;
 
 /// Largest config file read, in bytes.
@@ -119,6 +123,8 @@ pub(crate) struct NodeConfig {
     pub(crate) events: EventsConfig,
     /// The cost model of `POST /v1/route`.
     pub(crate) route: RouteConfig,
+    /// The operator's token (`[operator]`), if any.
+    pub(crate) operator: Option<OperatorToken>,
     /// Bounds of the per-request arenas (`[arenas]`).
     pub(crate) arenas: ArenaLimits,
     /// Where the namespace secret is read (`node.namespace_secret`).

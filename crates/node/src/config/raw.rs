@@ -29,6 +29,8 @@ pub(crate) struct RawConfig {
     #[serde(default)]
     pub(crate) route: RawRoute,
     #[serde(default)]
+    pub(crate) operator: Option<RawOperator>,
+    #[serde(default)]
     pub(crate) arenas: RawArenas,
 }
 
@@ -181,6 +183,13 @@ pub(crate) struct RawRoute {
     pub(crate) gpu_read_gbps: Option<f64>,
     pub(crate) host_read_gbps: Option<f64>,
     pub(crate) disk_read_gbps: Option<f64>,
+}
+
+/// `[operator]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawOperator {
+    pub(crate) token: String,
 }
 
 /// `[arenas]`: bounds of the per-request arenas; every key optional.

@@ -401,6 +401,39 @@ fn the_shared_config_writer_writes_what_the_node_reads() {
 }
 
 #[test]
+fn the_operator_token_is_optional_bounded_and_its_own() {
+    assert!(parse_str(GOOD).unwrap().config.operator.is_none());
+    let with = |extra: &str| parse_str(&format!("{GOOD}{extra}"));
+    let c = with("[operator]\ntoken = \"operator-token-0123456\"\n").unwrap();
+    assert_eq!(
+        c.config.operator.as_ref().unwrap().0,
+        "operator-token-0123456"
+    );
+    assert!(
+        !format!("{:?}", c.config.operator).contains("0123456"),
+        "the token is never printed"
+    );
+    for (extra, reason) in [
+        ("[operator]\ntoken = \"short\"\n", "16 to 256 visible ASCII"),
+        (
+            "[operator]\ntoken = \"has a space in it ok\"\n",
+            "visible ASCII",
+        ),
+        (
+            "[operator]\ntoken = \"token-for-tenant-a\"\n",
+            "one a tenant has",
+        ),
+    ] {
+        let (key, why) = rejected(&format!("{GOOD}{extra}"));
+        assert_eq!(key, "operator.token");
+        assert!(why.contains(reason), "{why}");
+    }
+    let e = with("[operator]\ntoken = \"operator-token-0123456\"\nx = 1\n")
+        .expect_err("unknown keys are refused");
+    assert!(e.to_string().contains('x'), "{e}");
+}
+
+#[test]
 fn arena_bounds_default_and_are_checked_against_the_hybrid_presets() {
     let c = parse_str(GOOD).unwrap().config;
     assert_eq!(c.arenas.arenas_max, 64);

@@ -132,6 +132,7 @@ impl Check<'_> {
             &data_dir,
             cluster.as_ref(),
         )?;
+        let operator = super::operator::check(self, raw.operator, &tenants)?;
         let config = NodeConfig {
             file: self.file.to_owned(),
             node_id,
@@ -150,6 +151,7 @@ impl Check<'_> {
             cluster,
             events,
             route,
+            operator,
             arenas,
             namespace_secret,
         };

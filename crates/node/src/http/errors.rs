@@ -116,6 +116,12 @@ pub(crate) enum ApiError {
     /// The token may not use the namespace it asked for.
     #[error("this token may not {0} that namespace")]
     NamespaceForbidden(&'static str),
+    /// An operator route asked with a tenant's token.
+    #[error("operator routes need the operator's token ([operator] token), not a tenant's")]
+    OperatorOnly,
+    /// An operator route on a node with tenants and no operator token.
+    #[error("this node has tenants and no [operator] token: its operator routes are off")]
+    OperatorDisabled,
     /// No such block visible to the caller (the same answer whether it is absent or another
     /// tenant's).
     #[error("block not found")]
@@ -175,6 +181,12 @@ pub(crate) enum ApiError {
     /// `GET /v1/events?scope=cluster` on a node that runs no cluster feed.
     #[error("scope=cluster: expected a node with events.cluster_feed on, found it off here")]
     ClusterFeedOff,
+    /// A membership change that is not allowed as asked.
+    #[error("{0}")]
+    MembershipRefused(String),
+    /// A membership change that did not complete within its bound (what was done stays).
+    #[error("{0}")]
+    MembershipIncomplete(String),
 }
 
 impl ApiError {
@@ -202,7 +214,7 @@ impl ApiError {
             | BodyRead(_) => StatusCode::BAD_REQUEST,
             Arena(e) => arena_status(e),
             MissingToken | InvalidToken => StatusCode::UNAUTHORIZED,
-            NamespaceForbidden(_) => StatusCode::FORBIDDEN,
+            NamespaceForbidden(_) | OperatorOnly | OperatorDisabled => StatusCode::FORBIDDEN,
             NotFound | RouteNotFound => StatusCode::NOT_FOUND,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
@@ -212,7 +224,9 @@ impl ApiError {
             | ClusterNotReady(_)
             | ReplicationIncomplete { .. }
             | DirectoryUnavailable(_)
-            | TooManySubscribers(_) => StatusCode::SERVICE_UNAVAILABLE,
+            | TooManySubscribers(_)
+            | MembershipIncomplete(_) => StatusCode::SERVICE_UNAVAILABLE,
+            MembershipRefused(_) => StatusCode::CONFLICT,
             ReplayGap { .. } => StatusCode::GONE,
             StoreFull(_) => StatusCode::INSUFFICIENT_STORAGE,
             UnknownGeometry | Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -246,6 +260,8 @@ impl ApiError {
             MissingToken => "missing_token",
             InvalidToken => "invalid_token",
             NamespaceForbidden(_) => "namespace_forbidden",
+            OperatorOnly => "operator_only",
+            OperatorDisabled => "operator_disabled",
             NotFound => "not_found",
             RouteNotFound => "route_not_found",
             MethodNotAllowed => "method_not_allowed",
@@ -259,6 +275,8 @@ impl ApiError {
             ReplayGap { .. } => "replay_gap",
             TooManySubscribers(_) => "too_many_subscribers",
             ClusterFeedOff => "cluster_feed_off",
+            MembershipRefused(_) => "membership_refused",
+            MembershipIncomplete(_) => "membership_incomplete",
         }
     }
 
@@ -320,6 +338,8 @@ impl ApiError {
                 name: "kvfabric-engine-*",
                 reason: e.to_string(),
             },
+            FabricError::MembershipRefused(m) => ApiError::MembershipRefused(m),
+            FabricError::MembershipIncomplete(m) => ApiError::MembershipIncomplete(m),
             FabricError::Arena(e) => ApiError::Arena(e),
             FabricError::ArenaForbidden => ApiError::NamespaceForbidden("change arenas of"),
         }

@@ -25,7 +25,7 @@
 //! | `kvfabric_tier_capacity_bytes`, `kvfabric_tier_used_bytes`, `kvfabric_tier_blocks` | gauge | tier |
 //! | `kvfabric_held_blocks`, `kvfabric_chunk_keys` | gauge | |
 //! | `kvfabric_arenas`, `kvfabric_arena_bytes` | gauge | | (live per-request arenas, the bytes they hold)
-//! | `kvfabric_raft_state` | gauge | stat: `term`, `is_leader`, `last_applied`, `last_log`, `epoch`, `members_healthy`, `rpc_ok`, `rpc_failed`, `rpc_served` (cluster nodes) |
+//! | `kvfabric_raft_state` | gauge | stat: `term`, `is_leader`, `last_applied`, `last_log`, `epoch`, `members_healthy`, `members`, `rpc_ok`, `rpc_failed`, `rpc_served` (cluster nodes) |
 //! | `kvfabric_transport` | gauge | stat: the block transport's counters, e.g. `fetches_ok`, `verify_failures`, `bytes_in` (cluster nodes) |
 //! | `kvfabric_tier_moves` | gauge | stat: `recorded` (in the directory), `failed`, `before_join` (cluster nodes) |
 //! | `kvfabric_repair` | gauge | stat: `passes`, `under_replicated` (held blocks, last pass), `copies_made`, `copies_missing` (cluster nodes) |
@@ -330,6 +330,7 @@ impl Metrics {
             ("last_log", c.last_log),
             ("epoch", c.epoch),
             ("members_healthy", c.members_healthy),
+            ("members", c.members),
             ("rpc_ok", c.raft_calls_ok),
             ("rpc_failed", c.raft_calls_failed),
             ("rpc_served", c.raft_served),

@@ -11,6 +11,7 @@ mod engine_headers;
 pub(crate) mod errors;
 mod headers;
 pub(crate) mod metrics;
+pub(crate) mod operator;
 mod routes;
 pub(crate) mod serve;
 pub(crate) mod tenancy;
@@ -40,6 +41,8 @@ pub(crate) struct App {
     pub(crate) catalog: Arc<Catalog>,
     /// Tokens and namespaces.
     pub(crate) tenancy: Tenancy,
+    /// Who may use the operator routes.
+    pub(crate) operator: operator::Operator,
     /// Request limits.
     pub(crate) limits: Limits,
     /// This node's metrics.

@@ -128,23 +128,30 @@ impl Tenancy {
                 own: 0,
             });
         }
-        let Some(value) = headers.get(axum::http::header::AUTHORIZATION) else {
-            return Err(ApiError::MissingToken);
-        };
-        let token = value
-            .to_str()
-            .ok()
-            .and_then(|v| {
-                let (scheme, rest) = v.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
-            })
-            .ok_or(ApiError::InvalidToken)?;
+        let token = bearer(headers)?.ok_or(ApiError::MissingToken)?;
         let digest = blake3::hash(token.as_bytes());
         match self.tokens.get(digest.as_bytes()) {
             Some(&own) => Ok(Caller { tenancy: self, own }),
             None => Err(ApiError::InvalidToken),
         }
     }
+}
+
+/// The request's `Authorization: Bearer` token: `None` without the header, 401
+/// `invalid_token` when it is not a bearer token.
+pub(crate) fn bearer(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    let Some(value) = headers.get(axum::http::header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| {
+            let (scheme, rest) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        })
+        .map(Some)
+        .ok_or(ApiError::InvalidToken)
 }
 
 impl Caller<'_> {

@@ -28,6 +28,12 @@ pub(crate) fn route_label(path: &str) -> &'static str {
         "/v1/models" => "/v1/models",
         "/v1/cluster" => "/v1/cluster",
         "/v1/events" => "/v1/events",
+        "/v1/operator/overview" => "/v1/operator/overview",
+        "/v1/operator/events" => "/v1/operator/events",
+        p if p == "/v1/operator/members" || p.starts_with("/v1/operator/members/") => {
+            "/v1/operator/members"
+        }
+        p if p == "/dashboard" || p.starts_with("/dashboard/") => "/dashboard",
         "/metrics" => "/metrics",
         "/healthz" => "/healthz",
         "/readyz" => "/readyz",

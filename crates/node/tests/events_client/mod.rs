@@ -32,19 +32,30 @@ pub fn open(
     query: &str,
     headers: &[(&str, &str)],
 ) -> Result<Sse, (u16, Json)> {
+    open_at(url, "/v1/events", token, query, headers)
+}
+
+/// Opens the event stream at `path` (`/v1/events`, `/v1/operator/events`).
+pub fn open_at(
+    url: &str,
+    path: &str,
+    token: Option<&str>,
+    query: &str,
+    headers: &[(&str, &str)],
+) -> Result<Sse, (u16, Json)> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(EVENT_TIMEOUT * 6))
         .build()
         .into();
-    let mut r = agent.get(format!("{url}/v1/events{query}"));
+    let mut r = agent.get(format!("{url}{path}{query}"));
     if let Some(t) = token {
         r = r.header("authorization", format!("Bearer {t}"));
     }
     for (k, v) in headers {
         r = r.header(*k, *v);
     }
-    let resp = r.call().expect("GET /v1/events");
+    let resp = r.call().expect("GET of the event stream");
     let status = resp.status().as_u16();
     if status != 200 {
         let body = resp.into_body().read_to_vec().unwrap();

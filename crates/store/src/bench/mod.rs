@@ -10,8 +10,8 @@
 //! - disk: the disk tier writing then reading back (verified) the same blocks, against plain
 //!   file `write_all` then `read_exact_at` of the same bytes. Prints `ratio disk_over_file <v>`.
 //!
-//! Rounds alternate baseline and subject; each figure is the median round. Results and
-//! progress go to standard output; a failing store call is an error, not a panic.
+//! Rounds alternate baseline and subject; each figure is the median round. Results go to
+//! standard output, a bar of the rounds to standard error on a terminal (`kvfabric-progress`); a failing store call is an error, not a panic.
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -19,6 +19,7 @@ use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use kvfabric_progress::{Progress, Unit};
 
 use crate::geometry::preset::builtin_preset;
 use crate::tier::disk::{DiskConfig, DiskTier};
@@ -134,6 +135,8 @@ pub fn run(opts: &StoreBenchOptions) -> anyhow::Result<()> {
         }
         Ok(elapsed)
     };
+    let bar = Progress::new("bench store seal", rounds as u64, Unit::Items("rounds"));
+    bar.message("blake3, seal in place, seal from buffer");
     seal_round(&mut store)?; // touch the arena's pages once
     let (mut copy, mut in_place, mut hash) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
@@ -144,7 +147,9 @@ pub fn run(opts: &StoreBenchOptions) -> anyhow::Result<()> {
         hash.push(t.elapsed());
         in_place.push(in_place_round(&mut store)?);
         copy.push(seal_round(&mut store)?);
+        bar.inc(1);
     }
+    bar.finish();
     let copy = gbps(total, median(copy));
     let in_place = gbps(total, median(in_place));
     let hash = gbps(total, median(hash));
@@ -160,6 +165,8 @@ pub fn run(opts: &StoreBenchOptions) -> anyhow::Result<()> {
     let ids: Vec<_> = full.iter().map(|b| Blake3Ids.id(&ns, &[b])).collect();
     let mut disk = Vec::new();
     let mut file = Vec::new();
+    let bar = Progress::new("bench store disk", rounds as u64, Unit::Items("rounds"));
+    bar.message("plain file, disk tier");
     for round in 0..rounds {
         let path = dir.path().join(format!("plain-{round}"));
         let t = Instant::now();
@@ -201,7 +208,9 @@ pub fn run(opts: &StoreBenchOptions) -> anyhow::Result<()> {
         disk.push(t.elapsed());
         drop(tier);
         std::fs::remove_dir_all(&tier_dir).context("remove tier dir")?;
+        bar.inc(1);
     }
+    bar.finish();
     let (disk, file) = (gbps(2 * total, median(disk)), gbps(2 * total, median(file)));
     println!("disk             {disk:>7.3} GB/s (write then verified read)");
     println!("file             {file:>7.3} GB/s (baseline: write_all then read_exact_at)");

@@ -159,6 +159,26 @@ impl Cluster {
         Self::reply(self.agent.get(format!("{}{path}", self.api(id))).call())
     }
 
+    /// The operator token `cluster up` wrote.
+    pub fn operator_token(&self) -> String {
+        let path = self.dir.path().join("operator.token");
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+            .trim()
+            .to_owned()
+    }
+
+    /// GET `path` on node `id` with the operator token; `None` if it did not answer.
+    pub fn operator_get(&self, id: u64, path: &str) -> Option<Reply> {
+        let auth = format!("Bearer {}", self.operator_token());
+        Self::reply(
+            self.agent
+                .get(format!("{}{path}", self.api(id)))
+                .header("authorization", &auth)
+                .call(),
+        )
+    }
+
     /// PUT `body` to `path` on node `id` with `headers`.
     pub fn put(&self, id: u64, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Option<Reply> {
         let mut req = self.agent.put(format!("{}{path}", self.api(id)));
@@ -374,6 +394,53 @@ impl Cluster {
         )
         .expect("pid file");
         self.restarted.push(child);
+    }
+
+    /// `kvfabric cluster add`: a new member (the next id) joins as a learner, catches up and
+    /// becomes a voter; its id. Panics with the command's output if it fails.
+    pub fn add_member(&mut self) -> u64 {
+        let out = self.cluster_command("add", &[]);
+        let (ok, text) = &out;
+        assert!(ok, "cluster add failed:\n{text}");
+        let (id, api) = text
+            .lines()
+            .find_map(|l| {
+                let mut parts = l.split_whitespace();
+                let (id, api) = (parts.next()?, parts.next()?);
+                let n = id.strip_prefix('n')?.parse::<u64>().ok()?;
+                (api.starts_with("http://") && parts.next().is_none()).then(|| (n, api.to_owned()))
+            })
+            .unwrap_or_else(|| panic!("no `nN http://…` line in:\n{text}"));
+        if self.apis.len() < id as usize {
+            self.apis.resize(id as usize, String::new());
+        }
+        self.apis[id as usize - 1] = api;
+        id
+    }
+
+    /// `kvfabric cluster remove --node ID` (drain included): its exit status and output.
+    pub fn remove_member(&mut self, id: u64) -> (bool, String) {
+        self.cluster_command("remove", &["--node", &id.to_string()])
+    }
+
+    fn cluster_command(&self, sub: &str, extra: &[&str]) -> (bool, String) {
+        let out = self
+            .bin
+            .command()
+            .args(["cluster", sub, "--dir"])
+            .arg(self.path())
+            .args(extra)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("running cluster {sub}: {e}"));
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
     }
 
     /// `kvfabric cluster down`: its exit status and output.

@@ -17,7 +17,7 @@ use kvfabric_store::ModelGeometry;
 use super::{Kvfabric, Reply};
 use crate::config::{
     ArenasSection, Bytes, DiskSection, EventsSection, LimitsSection, ModelsSection,
-    NamespaceSection, NodeConfigFile, TenantSection,
+    NamespaceSection, NodeConfigFile, OperatorSection, TenantSection,
 };
 use crate::presets::{payload, tiny, TINY_TOML};
 
@@ -46,6 +46,8 @@ pub struct Options {
     pub events: Option<EventsSection>,
     /// Whether to declare tenants (else an open node).
     pub tenants: bool,
+    /// `[operator] token`, if any.
+    pub operator: Option<String>,
     /// `[arenas]`, if any.
     pub arenas: Option<ArenasSection>,
 }
@@ -58,6 +60,7 @@ impl Default for Options {
             limits: LimitsSection::default(),
             events: None,
             tenants: true,
+            operator: None,
             arenas: None,
         }
     }
@@ -366,6 +369,7 @@ fn config(o: &Options) -> NodeConfigFile {
     });
     c.limits = Some(o.limits.clone());
     c.events = o.events.clone();
+    c.operator = o.operator.clone().map(|token| OperatorSection { token });
     c.arenas = o.arenas.clone();
     if o.tenants {
         let ns = |name: &str, shared: bool| NamespaceSection {

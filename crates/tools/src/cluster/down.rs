@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::{layout, procs};
 
 /// Most node pid files `down` looks for (`node1.pid` … ).
-const NODES_MAX: u64 = 1024;
+const NODES_MAX: u64 = 256;
 
 /// Stops the nodes of the cluster in `dir`; fails naming every one that survived.
 pub fn run(dir: &Path, grace_s: u64) -> anyhow::Result<()> {
@@ -25,10 +25,8 @@ pub fn stop_all(dir: &Path, grace: Duration) -> anyhow::Result<usize> {
     let mut stopped = 0;
     for id in 1..=NODES_MAX {
         let pid_file = layout::pid_path(dir, id);
+        // Ids may have gaps (a member removed by `cluster remove`): every pid file is looked for.
         let Some(pid) = procs::read_pid(&pid_file)? else {
-            if !layout::config_path(dir, id).exists() {
-                break;
-            }
             continue;
         };
         let config = layout::config_path(dir, id);

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use kvfabric_test_support::config::{
-    ClusterSection, DiskSection, EventsSection, MemberSection, NodeConfigFile,
+    ClusterSection, DiskSection, EventsSection, MemberSection, NodeConfigFile, OperatorSection,
 };
 
 /// Each node's host tier unless `--host-bytes` says otherwise (the node validates the value).
@@ -45,6 +45,45 @@ pub fn pid_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("node{id}.pid"))
 }
 
+/// The operator token of the cluster in `dir` (written by `up`, read by `add`, `remove` and
+/// the tests).
+pub fn operator_token_path(dir: &Path) -> PathBuf {
+    dir.join("operator.token")
+}
+
+/// The cluster's operator token as `up` wrote it.
+pub fn read_operator_token(dir: &Path) -> anyhow::Result<String> {
+    let path = operator_token_path(dir);
+    let t = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading the operator token {}", path.display()))?;
+    Ok(t.trim().to_owned())
+}
+
+/// A fresh operator token: 128 random bits from the OS, in hex.
+pub fn new_operator_token() -> anyhow::Result<String> {
+    use std::io::Read;
+    let mut raw = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut raw))
+        .context("reading /dev/urandom for the operator token")?;
+    Ok(raw.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Writes `token` to `dir`'s token file, readable by its owner only.
+pub fn write_operator_token(dir: &Path, token: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = operator_token_path(dir);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    writeln!(f, "{token}").with_context(|| format!("writing {}", path.display()))
+}
+
 /// The log file of node `id` in `dir`.
 pub fn log_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("node{id}.log"))
@@ -62,16 +101,7 @@ fn free_udp() -> anyhow::Result<SocketAddr> {
 
 /// Picks ports for `nodes` nodes.
 pub fn plan(nodes: u32) -> anyhow::Result<Vec<NodeLayout>> {
-    (1..=u64::from(nodes))
-        .map(|id| {
-            Ok(NodeLayout {
-                id,
-                http: free_tcp()?,
-                transport: free_udp()?,
-                raft: free_udp()?,
-            })
-        })
-        .collect()
+    (1..=u64::from(nodes)).map(plan_one).collect()
 }
 
 /// Extra keys of a node config's sections, as `cluster up` takes them (`KEY=VALUE`, each
@@ -84,7 +114,18 @@ pub struct ExtraKeys {
     pub events: Vec<(String, String)>,
 }
 
-/// The config of `node` in a cluster of `all`, with data under `dir`, and `extra` keys.
+/// Picks ports for node `id`.
+pub fn plan_one(id: u64) -> anyhow::Result<NodeLayout> {
+    Ok(NodeLayout {
+        id,
+        http: free_tcp()?,
+        transport: free_udp()?,
+        raft: free_udp()?,
+    })
+}
+
+/// The config of `node` in a cluster of `all`, with data under `dir` and the operator's
+/// `token`, and `extra_keys`.
 pub fn config(
     dir: &Path,
     node: &NodeLayout,
@@ -92,10 +133,14 @@ pub fn config(
     replication: Option<u32>,
     host_bytes: &str,
     extra_keys: &ExtraKeys,
+    token: &str,
 ) -> NodeConfigFile {
     let data_dir = dir.join(format!("node{}", node.id));
     let mut c = NodeConfigFile::new(node.id, &node.http.to_string(), data_dir, host_bytes.into());
     c.node.log_level = Some("info".into());
+    c.operator = Some(OperatorSection {
+        token: token.to_owned(),
+    });
     c.tiers.disk = Some(DiskSection {
         bytes: "1 GiB".into(),
         sync: None,
@@ -132,8 +177,8 @@ pub fn config(
     c
 }
 
-/// Top-level sections `--tenancy` may hold.
-const TENANCY_SECTIONS: [&str; 3] = ["namespaces", "tenants", "operator"];
+/// Top-level sections `--tenancy` may hold (`[operator]` is written by `cluster up` itself).
+const TENANCY_SECTIONS: [&str; 2] = ["namespaces", "tenants"];
 /// Largest `--tenancy` file read, in bytes.
 const TENANCY_FILE_BYTES_MAX: u64 = 1 << 20;
 

@@ -1,13 +1,16 @@
-//! `kvfabric cluster up|down`: a local cluster of separate `kvfabric node` processes.
+//! `kvfabric cluster up|down|add|remove`: a local cluster of separate `kvfabric node`
+//! processes, grown and shrunk while it runs ([`members`]).
 //!
-//! `up` writes everything into one directory ([`layout`]): certificates (`certs/`), one
-//! config per node (`nodeN.toml`), data directories (`nodeN/`), logs (`nodeN.log`) and pid
-//! files (`nodeN.pid`); starts the nodes, waits until every `/readyz` answers 200 and prints
-//! each node's API address. `down` stops the processes its pid files name (SIGTERM, then
+//! `up` writes everything into one directory ([`layout`]): certificates (`certs/`), the
+//! operator token (`operator.token`, also in every config's `[operator]`), one config per node
+//! (`nodeN.toml`), data directories (`nodeN/`), logs (`nodeN.log`) and pid files
+//! (`nodeN.pid`); starts the nodes, waits until every `/readyz` answers 200 and prints each
+//! node's API address and the dashboard's URL. `down` stops the processes its pid files name (SIGTERM, then
 //! SIGKILL after a bound) and fails with a reason if one survives.
 
 pub mod down;
 pub mod layout;
+pub mod members;
 pub mod procs;
 pub mod up;
 
@@ -31,6 +34,12 @@ enum ClusterCommand {
     Up(up::UpArgs),
     /// Stop the node processes of a cluster started by `up`.
     Down(DownArgs),
+    /// Add a member to the running cluster: certificate, config, process, then a learner
+    /// that catches up and becomes a voter.
+    Add(members::AddArgs),
+    /// Remove a member from the running cluster: a learner, drained (its blocks copied to
+    /// the voters), out of the group, then its process stopped.
+    Remove(members::RemoveArgs),
 }
 
 /// Arguments of `kvfabric cluster down`.
@@ -49,5 +58,7 @@ pub fn run(a: ClusterArgs) -> anyhow::Result<()> {
     match a.command {
         ClusterCommand::Up(a) => up::run(a),
         ClusterCommand::Down(a) => down::run(&a.dir, a.grace_s),
+        ClusterCommand::Add(a) => members::add(a),
+        ClusterCommand::Remove(a) => members::remove(a),
     }
 }

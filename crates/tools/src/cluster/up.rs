@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 
+use kvfabric_progress::{Progress, Unit};
+
 use super::{down, layout, procs, DIR_DEFAULT};
 
 /// Most nodes `up` starts.
@@ -45,8 +47,8 @@ pub struct UpArgs {
     /// `lease_ms=3000`); repeatable. The nodes validate it like any config key.
     #[arg(long = "cluster-set", value_name = "KEY=VALUE", value_parser = layout::parse_cluster_set)]
     cluster_set: Vec<(String, String)>,
-    /// A TOML file of `[[namespaces]]`, `[[tenants]]` and `[operator]` sections appended to
-    /// every node's config (a cluster with tenants; without it the nodes are open).
+    /// A TOML file of `[[namespaces]]` and `[[tenants]]` sections appended to every node's
+    /// config (a cluster with tenants; without it the nodes are open).
     #[arg(long, value_name = "FILE")]
     tenancy: Option<PathBuf>,
     /// An `[events]` key for every node, as `KEY=VALUE` with a TOML value (e.g.
@@ -65,7 +67,7 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
         .dir
         .canonicalize()
         .with_context(|| format!("resolving {}", a.dir.display()))?;
-    for id in 1..=u64::from(NODES_MAX) {
+    for id in 1..=u64::from(NODES_MAX) * 4 {
         if let Some(pid) = procs::read_pid(&layout::pid_path(&dir, id))? {
             if procs::is_node(pid, &layout::config_path(&dir, id)) {
                 anyhow::bail!(
@@ -85,6 +87,8 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
         Some(f) => layout::tenancy(f)?,
         None => String::new(),
     };
+    let token = layout::new_operator_token()?;
+    layout::write_operator_token(&dir, &token)?;
     let nodes = layout::plan(a.nodes)?;
     for n in &nodes {
         let path = layout::config_path(&dir, n.id);
@@ -98,6 +102,7 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
                 cluster: a.cluster_set.clone(),
                 events: a.events_set.clone(),
             },
+            &token,
         )
         .to_toml(&format!(
             "Written by `kvfabric cluster up`; node {} of {}.",
@@ -130,6 +135,13 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
     for n in &nodes {
         println!("n{} {}", n.id, n.api());
     }
+    if let Some(n) = nodes.first() {
+        println!(
+            "dashboard {}/dashboard#token={token} (the operator token is in {})",
+            n.api(),
+            layout::operator_token_path(&dir).display()
+        );
+    }
     println!(
         "ready; stop with `kvfabric cluster down --dir {}`",
         dir.display()
@@ -139,7 +151,7 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
 
 /// Starts node `id` in its own process group (so a Ctrl-C of `up` does not reach it), with
 /// its output in its log file, and writes its pid file.
-fn spawn(dir: &Path, id: u64) -> anyhow::Result<Child> {
+pub(super) fn spawn(dir: &Path, id: u64) -> anyhow::Result<Child> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("locating the kvfabric binary")?;
     let log_path = layout::log_path(dir, id);
@@ -189,6 +201,16 @@ fn wait_ready(
         .into();
     let start = Instant::now();
     let mut ready = vec![false; nodes.len()];
+    let bar = Progress::new("cluster up", nodes.len() as u64, Unit::Items("nodes ready"));
+    let waiting = |ready: &[bool]| -> Vec<String> {
+        nodes
+            .iter()
+            .zip(ready)
+            .filter(|(_, r)| !**r)
+            .map(|(n, _)| format!("n{}", n.id))
+            .collect()
+    };
+    bar.message(format!("waiting for {}", waiting(&ready).join(", ")));
     loop {
         for (i, n) in nodes.iter().enumerate() {
             if ready[i] {
@@ -205,30 +227,30 @@ fn wait_ready(
             }
             if probe(&agent, &n.api()) {
                 ready[i] = true;
-                println!(
-                    "n{} ready at {} ({} of {}, {:.1} s)",
-                    n.id,
-                    n.api(),
-                    ready.iter().filter(|r| **r).count(),
-                    nodes.len(),
-                    start.elapsed().as_secs_f64()
-                );
+                bar.inc(1);
+                bar.message(format!("waiting for {}", waiting(&ready).join(", ")));
+                // The result lines stay on standard output (scripts read them).
+                bar.suspend(|| {
+                    println!(
+                        "n{} ready at {} ({} of {}, {:.1} s)",
+                        n.id,
+                        n.api(),
+                        ready.iter().filter(|r| **r).count(),
+                        nodes.len(),
+                        start.elapsed().as_secs_f64()
+                    )
+                });
             }
         }
         if ready.iter().all(|r| *r) {
+            bar.finish();
             return Ok(());
         }
         if start.elapsed() >= limit {
-            let waiting: Vec<_> = nodes
-                .iter()
-                .zip(&ready)
-                .filter(|(_, r)| !**r)
-                .map(|(n, _)| format!("n{}", n.id))
-                .collect();
             anyhow::bail!(
                 "not ready within {} s: {}",
                 limit.as_secs(),
-                waiting.join(", ")
+                waiting(&ready).join(", ")
             );
         }
         std::thread::sleep(Duration::from_millis(POLL_MS));

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use kvfabric_progress::{Progress, Unit};
 use kvfabric_store::{chunk_keys, ChunkKey, ChunkMode, ModelGeometry, NamespaceKey};
 use serde_json::{json, Value};
 
@@ -107,6 +108,7 @@ fn run_agent(
     node: &NodeApi,
     plan: &AgentPlan,
     stop: &AtomicBool,
+    bar: &Progress,
 ) -> anyhow::Result<AgentOutcome> {
     let start = Instant::now();
     let bt = g.block_tokens() as usize;
@@ -164,13 +166,14 @@ fn run_agent(
                 o.computed += 1;
             }
         }
+        bar.inc(1);
     }
     o.elapsed = start.elapsed();
     Ok(o)
 }
 
-/// Runs every agent, `parallel` at a time, printing one progress line per agent on stderr;
-/// the outcomes in agent order. Stops at the first failure or when `stop` is raised.
+/// Runs every agent, `parallel` at a time, with a bar of the chunks read or computed (on a
+/// terminal) and one line per agent on stderr; the outcomes in agent order. Stops at the first failure or when `stop` is raised.
 pub fn run_all(
     g: &ModelGeometry,
     ns: &NamespaceKey,
@@ -184,6 +187,11 @@ pub fn run_all(
     let failed = AtomicBool::new(false);
     let outcomes: Mutex<Vec<Option<AgentOutcome>>> = Mutex::new(vec![None; plans.len()]);
     let first_error: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    let bt = g.block_tokens() as usize;
+    let chunks: usize = plans.iter().map(|p| p.tokens.len() / bt.max(1)).sum();
+    let bar = Progress::new("demo", chunks as u64, Unit::Items("chunks"));
+    bar.message(format!("0/{} agents done", plans.len()));
+    let bar = &bar;
     std::thread::scope(|s| {
         for _ in 0..parallel.clamp(1, plans.len().max(1)) {
             s.spawn(|| loop {
@@ -194,10 +202,11 @@ pub fn run_all(
                 }
                 let plan = &plans[i];
                 let node = &nodes[plan.node];
-                match run_agent(g, ns, node, plan, stop) {
+                match run_agent(g, ns, node, plan, stop, bar) {
                     Ok(o) => {
                         let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                        eprintln!(
+                        bar.message(format!("{n}/{} agents done", plans.len()));
+                        bar.line(format!(
                             "[{n:>2}/{}] agent {:02} on {} (docs {}): {} chunks, {} reused ({} fetched from another node), {} computed, {:.2} s",
                             plans.len(),
                             plan.index,
@@ -212,7 +221,7 @@ pub fn run_all(
                             o.remote_reads,
                             o.computed,
                             o.elapsed.as_secs_f64()
-                        );
+                        ));
                         outcomes.lock().expect("not poisoned")[i] = Some(o);
                     }
                     Err(e) => {
@@ -226,6 +235,7 @@ pub fn run_all(
             });
         }
     });
+    bar.finish();
     if stop.load(Ordering::Relaxed) {
         bail!(INTERRUPTED);
     }

@@ -11,6 +11,7 @@ use super::phases::{
 };
 use super::{ns, PAYLOAD_BYTES, REPETITIONS};
 use crate::{BlockReceiver, MemorySource, NodeIdentity, PeerAddr, QuicTransport, Transport};
+use kvfabric_progress::{Progress, Unit};
 use kvfabric_store::BlockId;
 
 /// The client's side of one run: warm-up, the measured repetitions, the report.
@@ -50,6 +51,12 @@ pub(crate) async fn bench(
         opts.ucx_shm_tls
     );
 
+    let bar = Progress::new(
+        "bench transport",
+        REPETITIONS as u64,
+        Unit::Items("repetitions"),
+    );
+    bar.message("warm-up");
     // Warm-up: connections, MTU discovery, allocator.
     tcp_phase(&mut tcp, opts.blocks).await?;
     transport_phase(&tuned, &tuned_peer, ids, opts.blocks, opts.inflight, |id| {
@@ -72,7 +79,9 @@ pub(crate) async fn bench(
         Tally::default(),
     );
     for _ in 0..REPETITIONS {
+        bar.message("(b) tcp");
         measure(server_pid, &mut b, tcp_phase(&mut tcp, count)).await?;
+        bar.message("(a) quic verified, (c) unverified");
         verified_then_unverified(
             server_pid,
             &tuned,
@@ -85,8 +94,12 @@ pub(crate) async fn bench(
         )
         .await?;
         #[cfg(feature = "ucx")]
-        ucx.repetition(server_pid, ids, count).await?;
+        {
+            bar.message("ucx phases");
+            ucx.repetition(server_pid, ids, count).await?;
+        }
         if !opts.skip_stock {
+            bar.message("(s) quic stock");
             // Stock settings are slow; a third of the bytes gives the same precision.
             let n = (count / 3).max(1);
             measure(
@@ -98,7 +111,9 @@ pub(crate) async fn bench(
             )
             .await?;
         }
+        bar.inc(1);
     }
+    bar.finish();
     tcp.write_u32_le(0).await?;
     let counters = tuned.counters();
     anyhow::ensure!(

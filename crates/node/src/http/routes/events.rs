@@ -200,10 +200,23 @@ pub(crate) async fn events(
 ) -> Result<Response, ApiError> {
     let caller = app.tenancy.caller(&headers)?;
     let read = caller.read(&headers)?;
-    let own = caller.own_keys();
+    let own = (!app.tenancy.is_open()).then_some(caller.own_keys());
+    stream_events(&app, &headers, &uri, read, own)
+}
+
+/// A stream of the events of namespaces `read` (every `epoch` and `node_down` too), from
+/// where `headers` and `uri` say; token ids only of blocks of `own` (`None`: of every block,
+/// for an open node or an operator).
+pub(super) fn stream_events(
+    app: &AppState,
+    headers: &HeaderMap,
+    uri: &Uri,
+    read: Vec<NamespaceKey>,
+    own: Option<Vec<NamespaceKey>>,
+) -> Result<Response, ApiError> {
     let log = app.events.clone();
-    let (since, scope) = query(&uri)?;
-    let since = start(log.epoch(), &headers, since)?;
+    let (since, scope) = query(uri)?;
+    let since = start(log.epoch(), headers, since)?;
     let feed = match scope {
         Scope::Node => None,
         Scope::Cluster => Some(app.feed.clone().ok_or(ApiError::ClusterFeedOff)?),
@@ -252,7 +265,7 @@ pub(crate) async fn events(
         epoch: log.epoch(),
         me: log.node(),
         read,
-        own: (!app.tenancy.is_open()).then_some(own),
+        own,
         next,
         replay,
         closed,

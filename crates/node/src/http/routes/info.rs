@@ -8,7 +8,8 @@ use serde::Serialize;
 
 use crate::http::errors::ApiError;
 use crate::http::AppState;
-use kvfabric_core::fabric;
+use kvfabric_core::cluster::stats::MemberStats;
+use kvfabric_core::fabric::{self, ClusterInfo};
 use kvfabric_core::presets::ModelInfo;
 
 #[derive(Serialize)]
@@ -42,6 +43,9 @@ struct Member {
     role: &'static str,
     tiers: Vec<TierView>,
     healthy: bool,
+    /// The member's counters: the operator's view only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stats: Option<MemberStats>,
 }
 
 /// One measured node-to-node link.
@@ -53,8 +57,9 @@ struct LinkOut {
     samples: u64,
 }
 
+/// The body of `GET /v1/cluster` (and, with counters, of the operator's overview).
 #[derive(Serialize)]
-struct ClusterResponse {
+pub(super) struct ClusterResponse {
     members: Vec<Member>,
     /// `null` while no leader is known.
     leader: Option<String>,
@@ -63,21 +68,17 @@ struct ClusterResponse {
     bandwidth: Vec<LinkOut>,
 }
 
-/// `GET /v1/cluster`: on a cluster node, every configured member with its Raft role, whether
-/// its lease is current and its tiers (asked of each live member, bounded; none for a member
-/// that does not answer), the leader, the term and the measured node-to-node bandwidths
-/// (`bandwidth`: `from`, `to`, `gbps`, `samples`); on a standalone node, this node as the
-/// only member, `standalone`, its own leader at term 0.
-pub(crate) async fn cluster(
-    State(app): State<AppState>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    app.tenancy.caller(&headers)?;
-    let info = match app.fabric.get() {
-        Some(f) => f.cluster_info().await.map_err(ApiError::from_fabric)?,
-        None => fabric::opening(app.node_id, &app.api),
-    };
-    Ok(super::json(&ClusterResponse {
+/// This node's view of the cluster: from the fabric, or (store still opening) itself alone.
+pub(super) async fn cluster_info(app: &AppState) -> Result<ClusterInfo, ApiError> {
+    match app.fabric.get() {
+        Some(f) => f.cluster_info().await.map_err(ApiError::from_fabric),
+        None => Ok(fabric::opening(app.node_id, &app.api)),
+    }
+}
+
+/// The response body of `info`; each member's counters only when `with_stats`.
+pub(super) fn cluster_body(info: ClusterInfo, with_stats: bool) -> ClusterResponse {
+    ClusterResponse {
         members: info
             .members
             .into_iter()
@@ -96,6 +97,7 @@ pub(crate) async fn cluster(
                     })
                     .collect(),
                 healthy: m.healthy,
+                stats: m.stats.filter(|_| with_stats),
             })
             .collect(),
         leader: info.leader.map(|l| l.to_string()),
@@ -110,7 +112,21 @@ pub(crate) async fn cluster(
                 samples: l.samples,
             })
             .collect(),
-    }))
+    }
+}
+
+/// `GET /v1/cluster`: on a cluster node, every configured member with its Raft role, whether
+/// its lease is current and its tiers (asked of each live member, bounded; none for a member
+/// that does not answer), the leader, the term and the measured node-to-node bandwidths
+/// (`bandwidth`: `from`, `to`, `gbps`, `samples`); on a standalone node, this node as the
+/// only member, `standalone`, its own leader at term 0.
+pub(crate) async fn cluster(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    app.tenancy.caller(&headers)?;
+    let info = cluster_info(&app).await?;
+    Ok(super::json(&cluster_body(info, false)))
 }
 
 /// `GET /metrics`.

@@ -13,6 +13,11 @@
 //! | `GET /v1/namespaces` | 200 the caller's readable namespaces and their keys | 401 |
 //! | `GET /v1/cluster` | 200 members | 401 |
 //! | `GET /v1/events` (`?since=SEQ`, `?scope=node\|cluster`, `Last-Event-ID`) | 200 `text/event-stream` | 400, 401, 403, 410 `replay_gap`, 503 `too_many_subscribers` |
+//! | `GET /v1/operator/overview` | 200 members with tiers and counters, links (operator) | 401, 403 `operator_only`/`operator_disabled` |
+//! | `GET /v1/operator/events` | 200 `text/event-stream`, every namespace (operator) | as `/v1/events`, 401, 403 |
+//! | `POST /v1/operator/members` | 200 the member added (a voter), voters and learners (operator) | 400, 401, 403, 409 `membership_refused`, 503 `membership_incomplete` |
+//! | `DELETE /v1/operator/members/{id}` | 200 the member drained and removed (operator) | 400, 401, 403, 409, 503 |
+//! | `GET /dashboard` (`/dashboard/app.js`, `app.css`, `favicon.svg`) | 200 the operator's page (static, no data) | |
 //! | `GET /metrics` | 200 OpenMetrics text | |
 //! | `GET /healthz` | 200 while the process serves | |
 //! | `GET /readyz` | 200 once the store is open | 503 `not_ready` |
@@ -28,16 +33,20 @@
 //! Any other path is 404 `route_not_found`, another method 405 `method_not_allowed`. Every
 //! route may also answer 503 `overloaded` (too many requests in flight) and the store-backed
 //! ones 503 `not_ready` while the store opens (on a cluster member, until its cluster side has
-//! started). `/metrics`, `/healthz` and `/readyz` need no token; everything under `/v1` does
-//! when the node has tenants.
+//! started). `/metrics`, `/healthz`, `/readyz` and the dashboard's static page need no token;
+//! everything under `/v1` does when the node has tenants, `/v1/operator/…` the operator's
+//! (see `http::operator`).
 
 mod arenas;
 mod blocks;
+mod dashboard;
 mod events;
 mod events_render;
 mod info;
 mod lookup;
+mod members;
 mod namespaces;
+mod operator;
 mod put;
 mod route;
 
@@ -75,6 +84,14 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/namespaces", get(namespaces::namespaces))
         .route("/v1/cluster", get(info::cluster))
         .route("/v1/events", get(events::events))
+        .route("/v1/operator/overview", get(operator::overview))
+        .route("/v1/operator/events", get(operator::events))
+        .route("/v1/operator/members", post(members::add))
+        .route("/v1/operator/members/{id}", delete(members::remove))
+        .route("/dashboard", get(dashboard::index))
+        .route("/dashboard/app.js", get(dashboard::script))
+        .route("/dashboard/app.css", get(dashboard::style))
+        .route("/dashboard/favicon.svg", get(dashboard::icon))
         .route("/metrics", get(info::metrics))
         .route("/healthz", get(info::healthz))
         .route("/readyz", get(info::readyz))
