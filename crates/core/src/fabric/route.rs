@@ -11,7 +11,9 @@
 //! matches a block of the request held on this node (when exactly one preset has that
 //! length); otherwise [`FabricError::ModelRequired`]. Bandwidths between nodes are the
 //! measured ones (asked of peers when their report is older than
-//! `cluster::links::LINKS_MAX_AGE_MS`), else `route.default_bandwidth_gbps`.
+//! `cluster::links::LINKS_MAX_AGE_MS`), else `route.default_bandwidth_gbps`; always the
+//! default when the query says `measured_links: false` (a tenant of a node with tenants:
+//! the measurements move with other tenants' transfers).
 
 use kvfabric_directory::ReadConsistency;
 use kvfabric_store::{BlockId, NamespaceKey, Tier};
@@ -34,6 +36,10 @@ pub struct RouteQuery<'a> {
     pub mode: Mode,
     /// The model, when the caller named one (must be storable).
     pub model: Option<&'a Model>,
+    /// Whether fetches are priced at the measured bandwidths (else at
+    /// `route.default_bandwidth_gbps`): the measurements move with every tenant's transfers,
+    /// so a tenant of a node with tenants is priced at the default.
+    pub measured_links: bool,
 }
 
 /// The ranking of a route.
@@ -88,7 +94,9 @@ impl Fabric {
                     holders.push(c);
                 }
                 let live = cluster.live_members();
-                cluster.refresh_links(&live).await;
+                if q.measured_links {
+                    cluster.refresh_links(&live).await;
+                }
                 (live, holders, resolved)
             }
             None => self.standalone_holders(read, &q.keys, q.independent.as_deref())?,
@@ -107,8 +115,12 @@ impl Fabric {
             tier_read_gbps: [cfg.gpu_read_gbps, cfg.host_read_gbps, cfg.disk_read_gbps],
         };
         let cluster = self.cluster.as_ref();
-        let link = |from: NodeId, to: NodeId| match cluster.and_then(|c| c.bandwidth.gbps(from, to))
-        {
+        let measured = |from, to| {
+            cluster
+                .filter(|_| q.measured_links)
+                .and_then(|c| c.bandwidth.gbps(from, to))
+        };
+        let link = |from: NodeId, to: NodeId| match measured(from, to) {
             Some(gbps) => Link {
                 gbps,
                 measured: true,
