@@ -40,7 +40,7 @@
 mod arenas;
 mod blocks;
 mod dashboard;
-mod events;
+pub(crate) mod events;
 mod events_render;
 mod info;
 mod lookup;
