@@ -64,3 +64,20 @@ fn three_nodes_agree_on_one_leader_and_down_leaves_no_process() {
     assert!(ok, "{out}");
     assert!(out.contains("stopped 0 node(s)"), "{out}");
 }
+
+#[test]
+fn a_node_whose_port_is_taken_says_so_in_words_cluster_up_retries_on() {
+    tracing::info!("phase 1: a node configured on a port another socket holds");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let (code, err) = cluster_harness::kvfabric().node_exit(&format!(
+        "[node]\nid = 1\nhttp_listen = \"127.0.0.1:{port}\"\ndata_dir = \"data\"\n\n\
+         [tiers]\nhost_bytes = \"16 MiB\"\n"
+    ));
+    tracing::info!("phase 2: it exits 1 with the reason `cluster up` starts again on");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(kvfabric_tools::cluster::up::port_taken(&err), "{err}");
+    assert!(!kvfabric_tools::cluster::up::port_taken(
+        "listening on 127.0.0.1:80"
+    ));
+}

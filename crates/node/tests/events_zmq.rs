@@ -236,27 +236,10 @@ fn a_restarted_node_announces_a_new_epoch_and_consumers_rebuild_its_state() {
 
 /// Runs `kvfabric node` on `events` (a minimal config otherwise) until it exits.
 fn run_with_events(events: &str) -> (Option<i32>, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("node.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[node]\nid = 1\nhttp_listen = \"127.0.0.1:0\"\ndata_dir = \"data\"\n\n\
-             [tiers]\nhost_bytes = \"16 MiB\"\n\n[events]\n{events}\n"
-        ),
-    )
-    .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kvfabric"))
-        .args(["node", "--config"])
-        .arg(&config)
-        .env_remove("RUST_LOG")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::kvfabric().node_exit(&format!(
+        "[node]\nid = 1\nhttp_listen = \"127.0.0.1:0\"\ndata_dir = \"data\"\n\n\
+         [tiers]\nhost_bytes = \"16 MiB\"\n\n[events]\n{events}\n"
+    ))
 }
 
 #[test]

@@ -37,6 +37,25 @@ impl Kvfabric {
         c
     }
 
+    /// `node --config` with `config` (TOML, relative paths under a fresh temp directory) run
+    /// to its exit, for a node expected to refuse to start: its exit code and standard error.
+    pub fn node_exit(&self, config: &str) -> (Option<i32>, String) {
+        let dir = tempfile::tempdir().expect("a temp directory");
+        let path = dir.path().join("node.toml");
+        std::fs::write(&path, config).expect("writing the config");
+        let out = self
+            .command()
+            .args(["node", "--config"])
+            .arg(&path)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("running the node");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     /// One node of it ([`node::TestNode::start`]).
     pub fn node(&self, opts: node::Options) -> node::TestNode {
         node::TestNode::start(self, opts)

@@ -84,6 +84,11 @@ pub fn write_operator_token(dir: &Path, token: &str) -> anyhow::Result<()> {
     writeln!(f, "{token}").with_context(|| format!("writing {}", path.display()))
 }
 
+/// Node `id`'s data directory in `dir`.
+pub fn data_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("node{id}"))
+}
+
 /// The log file of node `id` in `dir`.
 pub fn log_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("node{id}.log"))
@@ -135,7 +140,7 @@ pub fn config(
     extra_keys: &ExtraKeys,
     token: &str,
 ) -> NodeConfigFile {
-    let data_dir = dir.join(format!("node{}", node.id));
+    let data_dir = data_path(dir, node.id);
     let mut c = NodeConfigFile::new(node.id, &node.http.to_string(), data_dir, host_bytes.into());
     c.node.log_level = Some("info".into());
     c.operator = Some(OperatorSection {

@@ -196,7 +196,7 @@ pub fn add(a: AddArgs) -> anyhow::Result<()> {
     let mut c = template.clone();
     c.node.id = id;
     c.node.http_listen = new.http.to_string();
-    c.node.data_dir = dir.join(format!("node{id}"));
+    c.node.data_dir = layout::data_path(&dir, id);
     let cluster = c
         .cluster
         .as_mut()

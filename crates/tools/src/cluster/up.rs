@@ -3,7 +3,10 @@
 //! a bounded wait for their readiness with progress, and each node's API address.
 //!
 //! Refuses a directory whose nodes are still running. On any failure it stops the nodes it
-//! started and names the node and the tail of its log.
+//! started and names the node and the tail of its log. Ports are chosen free and released
+//! before the nodes bind them, so another process can take one in between: a node that
+//! exits because its port is in use makes `up` pick new ports and start again (up to
+//! [`PORT_ATTEMPTS`] times), when the nodes' data directories are its own from this run.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -24,6 +27,10 @@ const LOG_TAIL_LINES: usize = 5;
 const POLL_MS: u64 = 250;
 /// Bound on one readiness request.
 const PROBE_TIMEOUT_MS: u64 = 1_000;
+/// Starts with freshly chosen ports before `up` gives up on ports taken by others.
+pub const PORT_ATTEMPTS: u32 = 3;
+/// What the OS says of a port another socket holds (`EADDRINUSE`), as a node logs it.
+const ADDR_IN_USE: [&str; 2] = ["Address already in use", "os error 98"];
 
 /// Arguments of `kvfabric cluster up`.
 #[derive(Debug, Args)]
@@ -89,49 +96,36 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
     };
     let token = layout::new_operator_token()?;
     layout::write_operator_token(&dir, &token)?;
-    let nodes = layout::plan(a.nodes)?;
-    for n in &nodes {
-        let path = layout::config_path(&dir, n.id);
-        let config = layout::config(
-            &dir,
-            n,
-            &nodes,
-            a.replication,
-            &a.host_bytes,
-            &layout::ExtraKeys {
-                cluster: a.cluster_set.clone(),
-                events: a.events_set.clone(),
-            },
-            &token,
-        )
-        .to_toml(&format!(
-            "Written by `kvfabric cluster up`; node {} of {}.",
-            n.id,
-            nodes.len()
-        ));
-        std::fs::write(&path, config + &tenancy)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    println!("starting {} nodes in {}", nodes.len(), dir.display());
-    let mut children = Vec::new();
-    for n in &nodes {
-        match spawn(&dir, n.id) {
-            Ok(c) => children.push((n.id, c)),
+    // Data directories that exist already hold a cluster's data: never wiped for a retry.
+    let fresh = (1..=u64::from(a.nodes)).all(|id| !layout::data_path(&dir, id).exists());
+    let mut attempt = 1;
+    let nodes = loop {
+        let nodes = layout::plan(a.nodes)?;
+        match start(&a, &dir, &nodes, &token, &tenancy) {
+            Ok(()) => break nodes,
             Err(e) => {
                 let _ = down::stop_all(&dir, Duration::from_secs(5));
-                return Err(e);
+                let in_use = nodes.iter().any(|n| port_taken(&log_tail(&dir, n.id)));
+                if !(fresh && in_use && attempt < PORT_ATTEMPTS) {
+                    return Err(e);
+                }
+                eprintln!("a port was taken before its node bound it ({e:#}); new ports, attempt {} of {PORT_ATTEMPTS}", attempt + 1);
+                for n in &nodes {
+                    let data = layout::data_path(&dir, n.id);
+                    std::fs::remove_dir_all(&data)
+                        .or_else(|e| {
+                            if e.kind() == std::io::ErrorKind::NotFound {
+                                Ok(())
+                            } else {
+                                Err(e)
+                            }
+                        })
+                        .with_context(|| format!("removing {} for a new start", data.display()))?;
+                }
+                attempt += 1;
             }
         }
-    }
-    if let Err(e) = wait_ready(
-        &dir,
-        &nodes,
-        &mut children,
-        Duration::from_secs(a.timeout_s),
-    ) {
-        let _ = down::stop_all(&dir, Duration::from_secs(5));
-        return Err(e);
-    }
+    };
     for n in &nodes {
         println!("n{} {}", n.id, n.api());
     }
@@ -147,6 +141,50 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
         dir.display()
     );
     Ok(())
+}
+
+/// Whether a node's log says it could not bind a port another socket holds.
+pub fn port_taken(log: &str) -> bool {
+    ADDR_IN_USE.iter().any(|m| log.contains(m))
+}
+
+/// Writes every node's config (`tenancy`: the `--tenancy` text appended to each), starts the
+/// nodes and waits until they are ready.
+fn start(
+    a: &UpArgs,
+    dir: &Path,
+    nodes: &[layout::NodeLayout],
+    token: &str,
+    tenancy: &str,
+) -> anyhow::Result<()> {
+    for n in nodes {
+        let path = layout::config_path(dir, n.id);
+        let config = layout::config(
+            dir,
+            n,
+            nodes,
+            a.replication,
+            &a.host_bytes,
+            &layout::ExtraKeys {
+                cluster: a.cluster_set.clone(),
+                events: a.events_set.clone(),
+            },
+            token,
+        )
+        .to_toml(&format!(
+            "Written by `kvfabric cluster up`; node {} of {}.",
+            n.id,
+            nodes.len()
+        ));
+        std::fs::write(&path, config + tenancy)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    println!("starting {} nodes in {}", nodes.len(), dir.display());
+    let mut children = Vec::new();
+    for n in nodes {
+        children.push((n.id, spawn(dir, n.id)?));
+    }
+    wait_ready(dir, nodes, &mut children, Duration::from_secs(a.timeout_s))
 }
 
 /// Starts node `id` in its own process group (so a Ctrl-C of `up` does not reach it), with
