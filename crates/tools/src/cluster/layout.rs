@@ -248,7 +248,7 @@ pub fn parse_cluster_set(s: &str) -> Result<(String, String), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_cluster_set;
+    use super::{parse_cluster_set, tenancy};
 
     #[test]
     fn cluster_set_takes_a_bare_key_and_a_toml_value() {
@@ -260,5 +260,23 @@ mod tests {
         assert!(parse_cluster_set("a.b=1").is_err());
         assert!(parse_cluster_set("x=not a value").is_err());
         assert!(parse_cluster_set("x=\"quoted\"").is_ok());
+    }
+
+    #[test]
+    fn tenancy_takes_namespaces_and_tenants_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("t.toml");
+        let good = "[[namespaces]]\nname = \"a\"\n[[tenants]]\ntoken = \"t-0123456789abcdef\"\nnamespace = \"a\"\n";
+        std::fs::write(&file, good).unwrap();
+        assert!(tenancy(&file).unwrap().contains(good));
+        for (text, says) in [
+            ("[operator]\ntoken = \"x\"\n", "found \"operator\""),
+            ("[[namespaces]\n", "--tenancy"),
+        ] {
+            std::fs::write(&file, text).unwrap();
+            let e = tenancy(&file).unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+        }
+        assert!(tenancy(&dir.path().join("absent.toml")).is_err());
     }
 }
