@@ -2,15 +2,22 @@
 //!
 //! - **wrong reads**: a get that returned bytes other than the ones put under that id (the
 //!   id is the blake3 of those bytes, so this is "bytes whose blake3 differs"); must be 0.
-//! - **lost acknowledged blocks**: a block acknowledged with `r` replicas that no node holds
-//!   at the end although at most `r − 1` nodes lost their memory or disk (kill, kill + wipe)
-//!   since the put began; must be 0.
+//! - **lost acknowledged blocks**: a block acknowledged (its put's `holders`: the nodes that
+//!   said they hold a verified copy) that no node holds at the end, unless every one of those
+//!   holders lost its copy since the put: killed with its disk wiped, or killed while the copy
+//!   was only in memory (the kill's snapshot of the node's HEADs says so, or the node
+//!   acknowledged it after the snapshot began); must be 0. A block acknowledged without
+//!   holders (an older node) falls back to "at least `r` nodes killed since its put".
 //! - **directory linearizability**: per chunk key, the put (a register write of its block) and
 //!   the linearizable lookups (register reads) must have a linearization
 //!   (`kvfabric_directory::linearizability`). Checked for keys still mapped at the end (a key
 //!   is legitimately unmapped when its block lost every owner); must be 0 non-linearizable.
 //! - **route answers**: `POST /v1/route` of a valid key answers 200 (a ranking) or 503 (the
 //!   node cannot answer now); any other status is `bad_route`; must be 0.
+//! - **availability**, per fault kind ([`crate::availability`]): put and get success rate and
+//!   latency p50 / p99 during the fault and after it was healed, counting the operations sent
+//!   to nodes the fault did not hit, each kind's faults pooled; a single-node fault kind
+//!   below its thresholds (however few operations it had) is `unavailable`.
 //! - **convergence** and **unavailability** come from the run ([`FinalState`]).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,7 +28,7 @@ use kvfabric_directory::linearizability::{
 use serde::{Deserialize, Serialize};
 
 use crate::client::Outcome;
-use crate::history::{Recorded, Request};
+use crate::history::{FaultKind, Recorded, Request};
 
 /// What the harness saw after the faults stopped.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -45,7 +52,7 @@ pub struct FinalState {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Violation {
     /// Kind: `wrong_read`, `lost_acked_block`, `not_linearizable`, `not_converged`,
-    /// `bad_route`.
+    /// `bad_route`, `unavailable`.
     pub kind: String,
     /// What, with the history excerpt that shows it.
     pub detail: String,
@@ -79,6 +86,9 @@ pub struct Checked {
     pub unmapped_but_held: u64,
     /// Up to 5 examples of [`Checked::unmapped_but_held`]: chunk key, block, holders.
     pub unmapped_examples: Vec<String>,
+    /// Availability per fault kind.
+    #[serde(default)]
+    pub availability: Vec<crate::availability::KindAvailability>,
 }
 
 impl Checked {
@@ -150,7 +160,14 @@ pub fn check(h: &Recorded, end: &FinalState) -> Checked {
     }
     // Lost acknowledged blocks.
     for op in &h.ops {
-        let (Request::Put { .. }, Outcome::Put { block, replicas }) = (&op.request, &op.outcome)
+        let (
+            Request::Put { .. },
+            Outcome::Put {
+                block,
+                replicas,
+                holders: acked_by,
+            },
+        ) = (&op.request, &op.outcome)
         else {
             continue;
         };
@@ -170,22 +187,43 @@ pub fn check(h: &Recorded, end: &FinalState) -> Checked {
             }
             continue;
         }
-        let failed: BTreeSet<u64> = h
+        let since = h
             .faults
             .iter()
-            .filter(|f| f.kind.loses_memory() && f.end_ms >= op.invoke_ms)
-            .flat_map(|f| f.nodes.iter().copied())
-            .collect();
-        if failed.len() as u32 <= replicas.saturating_sub(1) {
+            .filter(|f| f.kind.loses_memory() && f.end_ms >= op.invoke_ms);
+        let excused = if acked_by.is_empty() {
+            let failed: BTreeSet<u64> = since.flat_map(|f| f.nodes.iter().copied()).collect();
+            failed.len() as u32 > replicas.saturating_sub(1)
+        } else {
+            let lost = |holder: u64| {
+                h.faults
+                    .iter()
+                    .filter(|f| f.kind.loses_memory() && f.end_ms >= op.invoke_ms)
+                    .filter(|f| f.nodes.contains(&holder))
+                    .any(|f| {
+                        f.kind == FaultKind::KillWipe
+                            || f.in_memory.iter().any(|b| b == block)
+                            || (f.snapshot_ms > 0.0 && op.complete_ms >= f.snapshot_ms)
+                    })
+            };
+            acked_by.iter().all(|h| lost(*h))
+        };
+        if excused {
+            out.lost_excused += 1;
+        } else {
             out.violations.push(Violation {
                 kind: "lost_acked_block".into(),
                 detail: format!(
-                    "block {block} acknowledged with {replicas} replicas by n{} at {:.0} ms is held by no node; nodes that failed since: {failed:?}",
-                    op.node, op.complete_ms
+                    "block {block} acknowledged by {acked_by:?} (n{} at {:.0} ms) is held by no node, and not every holder lost its copy since (faults since: {:?})",
+                    op.node,
+                    op.complete_ms,
+                    h.faults
+                        .iter()
+                        .filter(|f| f.end_ms >= op.invoke_ms && f.kind.loses_memory())
+                        .map(|f| format!("{} {:?} at {:.0} ms", f.kind.name(), f.nodes, f.start_ms))
+                        .collect::<Vec<_>>()
                 ),
             });
-        } else {
-            out.lost_excused += 1;
         }
     }
     // Linearizability of the directory, per chunk key.
@@ -272,6 +310,16 @@ pub fn check(h: &Recorded, end: &FinalState) -> Checked {
                 end.converge_bound_s, end.converge_note
             ),
         });
+    }
+    // Availability per fault kind, against the single-node thresholds.
+    out.availability = crate::availability::per_kind(h);
+    for k in &out.availability {
+        for short in k.shortfalls() {
+            out.violations.push(Violation {
+                kind: "unavailable".into(),
+                detail: format!("{} ({} faults): {short}", k.kind.name(), k.faults),
+            });
+        }
     }
     // Unavailability after leader loss.
     for f in h.faults.iter().filter(|f| f.hit_leader) {

@@ -30,6 +30,7 @@ fn put_ok() -> Op {
         Outcome::Put {
             block: B.into(),
             replicas: 2,
+            holders: vec![1, 2],
         },
     )
 }
@@ -104,28 +105,58 @@ fn wrong_bytes_are_a_wrong_read() {
     assert_eq!(check(&h, &end(vec![1, 2])).by_kind()["wrong_read"], 1);
 }
 
-#[test]
-fn a_lost_block_counts_unless_enough_holders_failed() {
-    let fault = |node| Fault {
-        kind: FaultKind::KillWipe,
+fn fault(kind: FaultKind, node: u64, in_memory: &[&str]) -> Fault {
+    Fault {
+        kind,
         nodes: vec![node],
         hit_leader: false,
         start_ms: 30.0,
         end_ms: 40.0,
         detail: String::new(),
+        in_memory: in_memory.iter().map(|b| b.to_string()).collect(),
+        snapshot_ms: 29.0,
+    }
+}
+
+#[test]
+fn a_lost_block_is_excused_only_when_every_holder_lost_its_copy() {
+    let lost = |faults: Vec<Fault>| {
+        let h = Recorded {
+            ops: vec![put_ok()],
+            faults,
+        };
+        let c = check(&h, &end(vec![]));
+        (
+            c.by_kind().get("lost_acked_block").copied().unwrap_or(0),
+            c.lost_excused,
+        )
     };
-    let one = Recorded {
-        ops: vec![put_ok()],
-        faults: vec![fault(1)],
-    };
-    assert_eq!(check(&one, &end(vec![])).by_kind()["lost_acked_block"], 1);
-    let two = Recorded {
-        ops: vec![put_ok()],
-        faults: vec![fault(1), fault(2)],
-    };
-    let c = check(&two, &end(vec![]));
-    assert!(c.violations.is_empty());
-    assert_eq!(c.lost_excused, 1);
+    // One holder wiped, the other untouched: a loss nobody excuses.
+    assert_eq!(lost(vec![fault(FaultKind::KillWipe, 1, &[])]), (1, 0));
+    // Two nodes failed, but n3 was not a holder (the old rule excused this).
+    let not_holders = vec![
+        fault(FaultKind::KillWipe, 1, &[]),
+        fault(FaultKind::KillWipe, 3, &[]),
+    ];
+    assert_eq!(lost(not_holders), (1, 0));
+    // Both holders wiped: excused.
+    let both = vec![
+        fault(FaultKind::KillWipe, 1, &[]),
+        fault(FaultKind::KillWipe, 2, &[]),
+    ];
+    assert_eq!(lost(both), (0, 1));
+    // n2 killed with its copy on disk (its snapshot says so: not in memory): not excused.
+    let on_disk = vec![
+        fault(FaultKind::KillWipe, 1, &[]),
+        fault(FaultKind::Kill, 2, &[]),
+    ];
+    assert_eq!(lost(on_disk), (1, 0));
+    // n2 killed with the copy in memory: excused.
+    let in_memory = vec![
+        fault(FaultKind::KillWipe, 1, &[]),
+        fault(FaultKind::Kill, 2, &[B]),
+    ];
+    assert_eq!(lost(in_memory), (0, 1));
 }
 
 #[test]

@@ -17,6 +17,9 @@ pub enum Outcome {
         block: String,
         /// Copies the node acknowledged.
         replicas: u32,
+        /// The nodes that acknowledged holding a copy (the put's `holders`).
+        #[serde(default)]
+        holders: Vec<u64>,
     },
     /// `200` to a get.
     Got {
@@ -117,9 +120,18 @@ impl Client {
         match answer(r) {
             Ok((201, _, body)) => {
                 let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                let holders = v["holders"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|h| h.as_str()?.strip_prefix('n')?.parse().ok())
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 Outcome::Put {
                     block: v["block"].as_str().unwrap_or("").to_owned(),
                     replicas: v["replicas"].as_u64().unwrap_or(0) as u32,
+                    holders,
                 }
             }
             Ok((status, _, body)) => Outcome::Refused {
@@ -212,26 +224,63 @@ impl Client {
         }
     }
 
-    /// `HEAD /v1/blocks/{block}` on one node: its status, `None` without an answer.
-    pub fn head(&self, api: &str, block: &str) -> Option<u16> {
-        answer(self.agent.head(format!("{api}/v1/blocks/{block}")).call())
-            .ok()
-            .map(|(s, _, _)| s)
+    /// Whether one node holds `block` itself: its HEAD answers 200 with `kvfabric-source:
+    /// local` (a HEAD answers as a GET would: 200 naming another owner when it holds none).
+    /// `None` without an answer.
+    pub fn holds(&self, api: &str, block: &str) -> Option<bool> {
+        let r = self
+            .agent
+            .head(format!("{api}/v1/blocks/{block}"))
+            .call()
+            .ok()?;
+        let local = r
+            .headers()
+            .get("kvfabric-source")
+            .is_some_and(|v| v == "local");
+        Some(r.status() == 200 && local)
+    }
+
+    /// Whether one node holds `block` in memory (its HEAD answers 200, `kvfabric-source:
+    /// local`, `kvfabric-tier: host` or `gpu`); `None` without an answer.
+    pub fn in_memory(&self, api: &str, block: &str) -> Option<bool> {
+        let r = self
+            .agent
+            .head(format!("{api}/v1/blocks/{block}"))
+            .call()
+            .ok()?;
+        let h = |n: &str| {
+            r.headers()
+                .get(n)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let local = h("kvfabric-source").as_deref() == Some("local");
+        let memory = matches!(h("kvfabric-tier").as_deref(), Some("host" | "gpu"));
+        Some(r.status() == 200 && local && memory)
     }
 
     /// `GET /v1/cluster`: the leader this node names (node id) and the term.
     pub fn leader(&self, api: &str) -> Option<(Option<u64>, u64)> {
+        let v = self.cluster(api)?;
+        Some((leader_named(&v), v["term"].as_u64()?))
+    }
+
+    /// `GET /v1/cluster` of `api`, when it answers 200 with JSON.
+    fn cluster(&self, api: &str) -> Option<serde_json::Value> {
         let (status, _, body) = answer(self.agent.get(format!("{api}/v1/cluster")).call()).ok()?;
         if status != 200 {
             return None;
         }
-        let v: serde_json::Value = serde_json::from_slice(&body).ok()?;
-        let leader = v["leader"]
-            .as_str()
-            .map(|s| s.trim_start_matches('n'))
-            .and_then(|s| s.parse().ok())
-            .or_else(|| v["leader"].as_u64());
-        Some((leader, v["term"].as_u64()?))
+        serde_json::from_slice(&body).ok()
+    }
+
+    /// The leader node `api` names and whether it takes every member for live (its
+    /// directory lease current), from `GET /v1/cluster`.
+    pub fn view(&self, api: &str) -> Option<(Option<u64>, bool)> {
+        let v = self.cluster(api)?;
+        let members = v["members"].as_array()?;
+        let all_live = !members.is_empty() && members.iter().all(|m| m["healthy"] == true);
+        Some((leader_named(&v), all_live))
     }
 
     /// Whether `/readyz` answers 200.
@@ -241,6 +290,15 @@ impl Client {
             Ok((200, _, _))
         )
     }
+}
+
+/// The leader a `/v1/cluster` answer names (`"n2"`, or a bare number).
+fn leader_named(v: &serde_json::Value) -> Option<u64> {
+    v["leader"]
+        .as_str()
+        .map(|s| s.trim_start_matches('n'))
+        .and_then(|s| s.parse().ok())
+        .or_else(|| v["leader"].as_u64())
 }
 
 #[cfg(test)]

@@ -124,6 +124,14 @@ pub struct Fault {
     pub end_ms: f64,
     /// Details (e.g. the split, bytes flipped).
     pub detail: String,
+    /// For a kill (not a wipe): the acknowledged blocks the node held in memory moments
+    /// before it, from its HEADs (a copy on its disk survives a SIGKILL; one in memory does
+    /// not).
+    #[serde(default)]
+    pub in_memory: Vec<String>,
+    /// When that snapshot began: blocks the node acknowledged after it count as in memory.
+    #[serde(default)]
+    pub snapshot_ms: f64,
 }
 
 /// The whole recorded history.

@@ -12,6 +12,7 @@
 //! - [`client`], [`workload`], [`history`]: the clients and what they recorded.
 //! - [`checker`]: the verdict; [`report`]: the table and the JSON report; [`run`]: one run.
 
+pub mod availability;
 pub mod checker;
 pub mod client;
 pub mod history;

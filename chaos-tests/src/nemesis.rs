@@ -1,8 +1,9 @@
 //! The nemesis: one fault at a time, drawn from the seed — kill -9 (disk kept), kill -9 with
 //! the block store wiped, SIGSTOP pauses, partitions (isolated leader, majority / minority,
 //! asymmetric), packet loss, user-space delay, corruption of on-disk block segments — held for
-//! a while, then healed. Every fault is recorded with the nodes it hit and whether the leader
-//! was among them.
+//! a while, then healed. The next fault waits for the quiet time and then for the cluster to
+//! settle (every node ready, one leader, every member live). Every fault is recorded with the
+//! nodes it hit and whether the leader was among them.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -47,6 +48,31 @@ pub fn current_leader(client: &Client, apis: &[String]) -> Option<u64> {
         .find_map(|(l, _)| l)
 }
 
+/// Longest wait for the cluster to settle before the next fault.
+const SETTLE_MS_MAX: u64 = 20_000;
+
+/// Waits (at most [`SETTLE_MS_MAX`], or until interrupted) until every node is ready, names
+/// the same leader and takes every member for live: each fault starts from a recovered
+/// cluster, so what the operations during it suffer is that fault's doing, not the tail of
+/// the one before (a member whose lease ran out in a partition rejoins first).
+fn settle(client: &Client, apis: &[String]) {
+    let mut waited = 0;
+    while waited < SETTLE_MS_MAX && !interrupted() {
+        let views: Vec<_> = apis.iter().map(|a| client.view(a)).collect();
+        let leader = views.first().and_then(|v| v.and_then(|(l, _)| l));
+        if leader.is_some()
+            && views
+                .iter()
+                .all(|v| matches!(v, Some((l, true)) if *l == leader))
+            && apis.iter().all(|a| client.ready(a))
+        {
+            return;
+        }
+        sleep_interruptible(200);
+        waited += 200;
+    }
+}
+
 /// Whether SIGINT / SIGTERM arrived.
 pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
@@ -60,6 +86,50 @@ pub fn sleep_interruptible(ms: u64) {
         std::thread::sleep(Duration::from_millis(step));
         left -= step;
     }
+}
+
+/// Most blocks a kill's memory snapshot asks about (the newest first).
+const SNAPSHOT_BLOCKS_MAX: usize = 50_000;
+/// Threads asking them.
+const SNAPSHOT_THREADS: usize = 4;
+
+/// The acknowledged blocks node `v` (at `api`) says it holds in memory, asked block by block
+/// (HEAD), for the blocks whose put named it a holder; a block it does not answer about in
+/// time is counted as in memory (the checker must not blame a copy that may have been lost).
+fn memory_snapshot(client: &Client, api: &str, rec: &Recorder, v: u64) -> Vec<String> {
+    let mut blocks: Vec<String> = rec
+        .snapshot()
+        .ops
+        .into_iter()
+        .rev()
+        .filter_map(|o| match o.outcome {
+            crate::client::Outcome::Put { block, holders, .. } if holders.contains(&v) => {
+                Some(block)
+            }
+            _ => None,
+        })
+        .take(SNAPSHOT_BLOCKS_MAX)
+        .collect();
+    blocks.sort();
+    blocks.dedup();
+    let per = blocks.len().div_ceil(SNAPSHOT_THREADS).max(1);
+    std::thread::scope(|s| {
+        let parts: Vec<_> = blocks
+            .chunks(per)
+            .map(|part| {
+                s.spawn(move || {
+                    part.iter()
+                        .filter(|b| client.in_memory(api, b) != Some(false))
+                        .cloned()
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|p| p.join().unwrap_or_default())
+            .collect()
+    })
 }
 
 /// Injects faults until `deadline_ms` (run clock) or an interrupt, naming each on `bar`;
@@ -82,6 +152,7 @@ pub fn run(
     let mut order: Vec<FaultKind> = Vec::new();
     loop {
         sleep_interruptible(rng.range(pace.quiet_ms.0, pace.quiet_ms.1));
+        settle(&client, &apis);
         if INTERRUPTED.load(Ordering::SeqCst) || rec.now_ms() >= deadline_ms {
             break;
         }
@@ -104,13 +175,19 @@ pub fn run(
                 _ => any,
             }
         };
-        let start_ms = rec.now_ms();
+        let mut start_ms = rec.now_ms();
+        let (mut in_memory, mut snapshot_ms) = (Vec::new(), 0.0);
         injected += 1;
         bar.message(format!("fault {injected}: {}", kind.name()));
         let (hit, detail): (Vec<u64>, String) = match kind {
             FaultKind::Kill | FaultKind::KillWipe => {
                 let v = pick(rng);
                 if kind == FaultKind::Kill {
+                    snapshot_ms = rec.now_ms();
+                    in_memory = memory_snapshot(&client, &apis[v as usize - 1], rec, v);
+                    // The fault begins at the kill, not at the snapshot before it (the node
+                    // served throughout the snapshot; counting that time would dilute it).
+                    start_ms = rec.now_ms();
                     nodes.kill9(v);
                 } else {
                     nodes.kill_and_wipe(v);
@@ -185,7 +262,10 @@ pub fn run(
             FaultKind::CorruptDisk => {
                 let v = rng.below(n) + 1;
                 let flipped = nodes.corrupt_segments(v, rng, 8);
-                (vec![v], format!("{flipped} bytes flipped"))
+                // The node keeps running on its corrupted segments for the hold: that is the
+                // window its availability is judged in (the bytes stay flipped after it).
+                sleep_interruptible(hold);
+                (vec![v], format!("{flipped} bytes flipped, held {hold} ms"))
             }
             FaultKind::LyingPeer => (Vec::new(), String::new()),
         };
@@ -205,6 +285,8 @@ pub fn run(
             start_ms,
             end_ms: rec.now_ms(),
             detail,
+            in_memory: std::mem::take(&mut in_memory),
+            snapshot_ms,
         });
     }
     heal_all(nodes, net);

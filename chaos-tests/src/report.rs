@@ -89,12 +89,13 @@ pub struct Report {
 }
 
 /// The violation kinds the checker knows.
-pub const VIOLATION_KINDS: [&str; 5] = [
+pub const VIOLATION_KINDS: [&str; 6] = [
     "wrong_read",
     "lost_acked_block",
     "not_linearizable",
     "not_converged",
     "bad_route",
+    "unavailable",
 ];
 
 fn outcome_name(o: &Outcome) -> String {
@@ -224,7 +225,7 @@ impl Report {
         let c = &self.checked;
         let _ = writeln!(
             t,
-            "checked: {} reads, {} acknowledged blocks ({} lost with enough failures to excuse it), {} chunk keys ({} past the checker's bound), {} route answers",
+            "checked: {} reads, {} acknowledged blocks ({} lost by every node that acknowledged holding it: excused), {} chunk keys ({} past the checker's bound), {} route answers",
             c.reads_checked, c.acked_checked, c.lost_excused, c.keys_checked, c.keys_unknown, c.routes_checked
         );
         if c.unmapped_but_held > 0 {
@@ -234,6 +235,47 @@ impl Report {
                 c.unmapped_but_held
             );
         }
+        let _ = writeln!(
+            t,
+            "availability per fault kind, all its faults pooled (operations to nodes the fault did not hit, in flight during it / begun in the {:.0} s after its heal; judged: >= {:.0}% ok and p99 <= {:.0} ms, during and after, for single-node faults)",
+            crate::availability::AFTER_MS / 1000.0,
+            crate::availability::SUCCESS_MIN * 100.0,
+            crate::availability::P99_MS_MAX
+        );
+        let _ = writeln!(
+            t,
+            "  {:<22} {:>5} {:>8} {:>7} {:>7}   {:>8} {:>7} {:>7} {:>5}   verdict",
+            "kind / window", "n", "put ok", "p50", "p99", "get ok", "p50", "p99", "left"
+        );
+        let mut left_out = 0;
+        for k in &c.availability {
+            for (when, w) in [("during", &k.during), ("after", &k.after)] {
+                left_out += w.gets_left_out;
+                let pct = |s: &crate::availability::OpStats| format!("{:.1}%", s.rate() * 100.0);
+                let verdict = match (k.judged, w.put.meets() && w.get.meets()) {
+                    (false, _) => "reported",
+                    (true, true) => "met",
+                    (true, false) => "BELOW",
+                };
+                let _ = writeln!(
+                    t,
+                    "  {:<22} {:>5} {:>8} {:>7.0} {:>7.0}   {:>8} {:>7.0} {:>7.0} {:>5}   {verdict}",
+                    format!("{} {when}", k.kind.name()),
+                    w.put.ops + w.get.ops,
+                    pct(&w.put),
+                    w.put.p50_ms,
+                    w.put.p99_ms,
+                    pct(&w.get),
+                    w.get.p50_ms,
+                    w.get.p99_ms,
+                    w.gets_left_out,
+                );
+            }
+        }
+        let _ = writeln!(
+            t,
+            "  gets left out (failed while no truthful holder of the block was live and still had its copy): {left_out}"
+        );
         let u = &self.unavailability;
         let _ = writeln!(
             t,

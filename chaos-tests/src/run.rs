@@ -258,6 +258,8 @@ fn drive(
             start_ms: 0.0,
             end_ms: cfg.duration.as_secs_f64() * 1000.0,
             detail: "serves every block with a byte flipped".into(),
+            in_memory: Vec::new(),
+            snapshot_ms: 0.0,
         });
     }
     let workload = Workload::start(
@@ -412,7 +414,7 @@ fn settle(
 fn holders_of(client: &Client, apis: &[String], block: &str) -> Vec<u64> {
     apis.iter()
         .enumerate()
-        .filter(|(_, a)| client.head(a, block) == Some(200))
+        .filter(|(_, a)| client.holds(a, block) == Some(true))
         .map(|(i, _)| i as u64 + 1)
         .collect()
 }
@@ -439,6 +441,7 @@ mod tests {
             outcome: Outcome::Put {
                 block: "aa".repeat(32),
                 replicas: 2,
+                holders: vec![1, 2],
             },
         };
         let h = Recorded {

@@ -1,6 +1,6 @@
-//! The kvfabric side: 3 directory members in this process, each on its own QUIC Raft endpoint
-//! on loopback (the node's network, mTLS under a fresh cluster CA), each with its own store (a
-//! WAL for the log, redb for the snapshot).
+//! The kvfabric side: 3 directory members in this process, each on its own QUIC endpoint on
+//! loopback carrying the Raft channel as a node's does (mTLS under a fresh cluster CA), each
+//! with its own store (a WAL for the log, redb for the snapshot).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -8,16 +8,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use kvfabric_core::cluster::net::{raft_channel, RaftNet};
 use kvfabric_directory::{
     Batcher, Directory, DirectoryConfig, NodeId, ReadConsistency, ShardId, SystemClock,
 };
 use kvfabric_progress::{Progress, Unit};
 use kvfabric_store::Tier;
-use kvfabric_transport::NodeIdentity;
+use kvfabric_transport::{
+    MemorySource, Messenger, NodeIdentity, QuicTransport, Transport, TransportConfig,
+};
 
 use crate::report::{block_of, dir_bytes, pick, rss_bytes, Latency, Side};
 use crate::DirectoryArgs;
-use kvfabric_core::cluster::raft_net::{Handlers, QuicRaftNet};
 
 /// Members of the group.
 const MEMBERS: u64 = 3;
@@ -26,7 +28,7 @@ const SETTLE_MS_MAX: u64 = 60_000;
 
 struct Member {
     dir: Directory,
-    net: Arc<QuicRaftNet>,
+    net: Arc<QuicTransport>,
 }
 
 /// Runs the kvfabric side in `work`.
@@ -46,39 +48,44 @@ pub(super) async fn run(a: &DirectoryArgs, work: &Path) -> anyhow::Result<Side> 
         "kvfabric: batch_records_max {}, batch_delay_ms_max {}",
         config.batch_records_max, config.batch_delay_ms_max
     );
-    let mut members = Vec::new();
-    let mut addrs = BTreeMap::new();
+    // Each member's one QUIC endpoint, carrying the Raft channel as a node's does.
+    let mut nets = Vec::new();
+    let mut peers = BTreeMap::new();
     for i in 1..=MEMBERS {
         let identity = NodeIdentity::load_from_dir(&certs, &format!("node{i}"))
             .with_context(|| format!("loading node{i}'s identity"))?;
-        let net = QuicRaftNet::bind(
+        let net = QuicTransport::bind_with_channels(
+            TransportConfig::default(),
             &identity,
             "127.0.0.1:0".parse().expect("an address"),
-            config.frame_bytes_max as usize,
-            Duration::from_millis(config.rpc_timeout_ms),
-        )?;
-        let handlers = Arc::new(Handlers::default());
-        net.serve(handlers.clone());
-        let addr = net
-            .local_addr()
-            .context("the raft endpoint has no address")?;
+            Arc::new(MemorySource::new()),
+            vec![raft_channel(&config)],
+        )
+        .await?;
+        peers.insert(NodeId(i), net.local_peer());
+        nets.push(Arc::new(net));
+    }
+    let mut members = Vec::new();
+    let mut addrs = BTreeMap::new();
+    for (i, net) in (1..=MEMBERS).zip(nets) {
+        let raft = Arc::new(RaftNet::new(net.clone(), peers.clone(), &config));
         let dir = Directory::open(
             NodeId(i),
             ShardId(0),
             &work.join(format!("n{i}")),
             config.clone(),
-            net.clone(),
+            raft.clone(),
             Arc::new(SystemClock),
         )
         .await?;
-        let _ = handlers.raft.set(dir.rpc_server());
-        addrs.insert(NodeId(i), addr.to_string());
+        net.serve(raft_channel(&config), raft.server(dir.rpc_server()))?;
+        addrs.insert(NodeId(i), peers[&NodeId(i)].addr.to_string());
         members.push(Member { dir, net });
     }
     let result = measure(a, work, &members, addrs).await;
     for m in &members {
         let _ = tokio::time::timeout(Duration::from_secs(5), m.dir.shutdown()).await;
-        m.net.close();
+        m.net.close().await;
     }
     result
 }

@@ -15,11 +15,16 @@
 //! the [`kvfabric_directory::Batcher`], the production write path.
 //!
 //! `kvfabric bench reuse` ([`reuse`]): routing policies compared through `kvfabric router`.
+//! `kvfabric bench failover` ([`failover`]): put and get latency with one of three nodes
+//! SIGKILLed against all healthy.
+//! `kvfabric bench replication` ([`replication`]): a put's copy pushed against pulled.
 //! `kvfabric bench store` ([`store`]) and `kvfabric bench transport` ([`transport`]): the
 //! store and transport crates' benchmarks, the same code as their cargo bench targets.
 
 mod etcd;
+mod failover;
 mod kvf;
+mod replication;
 mod report;
 mod reuse;
 mod reuse_report;
@@ -42,6 +47,10 @@ pub struct BenchArgs {
 enum BenchCommand {
     /// Directory registrations and lookups, kvfabric against etcd.
     Directory(DirectoryArgs),
+    /// Put and get latency with one of three nodes SIGKILLed against all healthy.
+    Failover(failover::FailoverArgs),
+    /// A put's copy pushed (the fabric's way) against pulled (the way it replaced).
+    Replication(replication::ReplicationArgs),
     /// The multi-agent workload through `kvfabric router`: round-robin vs prefix-only vs
     /// kvfabric scoring on a 3-node cluster.
     Reuse(reuse::ReuseArgs),
@@ -83,7 +92,9 @@ pub(crate) struct DirectoryArgs {
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     match a.which {
         BenchCommand::Directory(d) => run_directory(d),
+        BenchCommand::Replication(r) => replication::run(r),
         BenchCommand::Reuse(r) => reuse::run(r),
+        BenchCommand::Failover(f) => failover::run(f),
         BenchCommand::Store(s) => store::run(s),
         BenchCommand::Transport(t) => transport::run(t),
     }

@@ -56,6 +56,76 @@ pub struct ClusterConfig {
     pub members: Vec<Member>,
     /// The directory's bounds.
     pub directory: DirectoryConfig,
+    /// The block transport and the bounds of the node's endpoint (`[transport]`).
+    pub transport: TransportSettings,
+    /// How long one exchange with a peer may take, and when a silent one is hedged or
+    /// probed.
+    pub failover: FailoverConfig,
+}
+
+/// How a member tells a dead peer from a slow one: the bound on one exchange with one peer,
+/// the wait before the next candidate is tried beside a silent one, and the probing of
+/// suspects. See `docs/API.md`, "Failover".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailoverConfig {
+    /// Bound on one exchange with one peer: pushing a copy, fetching or probing an owner. A
+    /// peer that does not answer within it is suspected.
+    pub attempt_ms: u64,
+    /// After this long without an answer, the next owner is asked beside a silent one (reads;
+    /// a push gets company only once its peer is suspected, `suspect_ms`).
+    pub hedge_ms: u64,
+    /// After this long without an answer, a peer is suspected (its attempt goes on; an answer
+    /// clears it).
+    pub suspect_ms: u64,
+    /// First probe of a suspect this long after it was suspected.
+    pub probe_ms: u64,
+    /// Longest wait between two probes of a suspect (the wait doubles up to it).
+    pub probe_ms_max: u64,
+}
+
+/// Default bound on one exchange with one peer.
+pub const ATTEMPT_MS_DEFAULT: u64 = 2_000;
+/// Default silence after which a peer is suspected.
+pub const SUSPECT_MS_DEFAULT: u64 = 400;
+/// Default wait before a silent candidate is hedged.
+pub const HEDGE_MS_DEFAULT: u64 = 150;
+/// Default first probe of a suspect.
+pub const PROBE_MS_DEFAULT: u64 = 250;
+/// Default longest wait between probes.
+pub const PROBE_MS_MAX_DEFAULT: u64 = 2_000;
+
+impl Default for FailoverConfig {
+    fn default() -> FailoverConfig {
+        FailoverConfig {
+            attempt_ms: ATTEMPT_MS_DEFAULT,
+            hedge_ms: HEDGE_MS_DEFAULT,
+            suspect_ms: SUSPECT_MS_DEFAULT,
+            probe_ms: PROBE_MS_DEFAULT,
+            probe_ms_max: PROBE_MS_MAX_DEFAULT,
+        }
+    }
+}
+
+/// Which transport carries blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BlockTransport {
+    /// QUIC on the node's one endpoint (the member's `transport` address), with Raft and
+    /// control beside it.
+    #[default]
+    Quic,
+    /// UCX at the member's `transport` address (trusted fabrics: no TLS); Raft and control
+    /// on a QUIC endpoint at its `raft` address.
+    Ucx,
+}
+
+/// The validated `[transport]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TransportSettings {
+    /// What carries blocks.
+    pub kind: BlockTransport,
+    /// Bounds, timeouts and tuning of the transports (QUIC's and, with `kind = "ucx"`,
+    /// UCX's).
+    pub config: kvfabric_transport::TransportConfig,
 }
 
 impl ClusterConfig {

@@ -54,6 +54,15 @@ pub enum FabricError {
         /// Copies asked for.
         want: u32,
     },
+    /// The block's directory records name live owners, but none of them served it (no
+    /// answer within the bound, or an unusable one): it may well exist.
+    #[error("block {block}: its owners ({}) did not answer", owners.iter().map(|o| o.to_string()).collect::<Vec<_>>().join(", "))]
+    OwnersUnreachable {
+        /// The block.
+        block: BlockId,
+        /// The owners tried that did not serve it.
+        owners: Vec<crate::ids::NodeId>,
+    },
     /// The directory could not record or answer (no leader or quorum within its bound).
     #[error("the directory did not answer: {0}")]
     DirectoryUnavailable(String),

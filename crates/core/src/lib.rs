@@ -6,11 +6,12 @@
 //! ([`events`]); the cluster side — membership and leases, live membership changes (add,
 //! drain, remove), replication, cross-node gets, re-replication, tier sync, the control
 //! protocol, the Raft network and the measured bandwidths ([`cluster`]: async drivers); the
-//! decisions they act on as pure functions of `now` and state — liveness, replica placement,
-//! owner ranking, repair and drain plans, route scores ([`decide`]); the model
-//! catalog ([`presets`]); the cluster's namespace secret file and its rotation ([`secret`]);
-//! the validated configuration it runs with ([`config`]); and its
-//! error ([`error`]).
+//! decisions they act on as pure functions of `now` and state — liveness, peer health,
+//! replica placement, owner ranking, repair and drain plans, route scores ([`decide`]); the
+//! model catalog ([`presets`]); the cluster's namespace secret file and its rotation
+//! ([`secret`]); the validated configuration it runs with ([`config`]); its error
+//! ([`error`]); and a harness of several fabrics in one process over in-memory networks and a
+//! manual clock, for deterministic multi-node tests ([`testing`]).
 //!
 //! Must never: know about HTTP (callers map [`FabricError`] onto their answers); serve bytes
 //! that the store has not verified against the id asked for; let one tenant read, look up or
@@ -27,6 +28,7 @@ pub mod ids;
 pub mod local;
 pub mod presets;
 pub mod secret;
+pub mod testing;
 
 pub use error::FabricError;
 pub use fabric::{Fabric, FabricParts};

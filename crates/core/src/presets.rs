@@ -61,6 +61,11 @@ impl Catalog {
         Ok(Catalog::new(load_dir(dir)?))
     }
 
+    /// Exactly these presets.
+    pub fn of(geometries: Vec<ModelGeometry>) -> Catalog {
+        Catalog::new(geometries)
+    }
+
     fn new(geometries: Vec<ModelGeometry>) -> Catalog {
         let models: Vec<Model> = geometries
             .into_iter()

@@ -133,13 +133,16 @@ impl DirectoryConfig {
         if self.heartbeat_interval_ms == 0 {
             return Err(bad("heartbeat_interval_ms", "> 0", 0));
         }
-        // A follower must hear several heartbeats before it may start an election.
-        if self.election_timeout_min_ms < 3 * self.heartbeat_interval_ms {
+        // A follower must miss several heartbeats before it may start an election: openraft
+        // 0.9 lets one wait out the leader's lease (`election_timeout_max_ms`) and then its
+        // own timeout (at least `election_timeout_min_ms`), so the two together cover at least
+        // five heartbeat periods with the minimum at two.
+        if self.election_timeout_min_ms < 2 * self.heartbeat_interval_ms {
             return Err(bad(
                 "election_timeout_min_ms",
                 format!(
-                    ">= 3 * heartbeat_interval_ms = {}",
-                    3 * self.heartbeat_interval_ms
+                    ">= 2 * heartbeat_interval_ms = {}",
+                    2 * self.heartbeat_interval_ms
                 ),
                 self.election_timeout_min_ms,
             ));

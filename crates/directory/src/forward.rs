@@ -1,6 +1,7 @@
 //! Running leader-only operations from any member: locally when it leads, else forwarded over
 //! the transport to the leader it knows of, following "not the leader" hints, bounded in
-//! attempts and time.
+//! attempts and time. A forward in flight is abandoned (and retried) as soon as the member
+//! sees the leadership move, so a dead leader costs an election, not an RPC timeout.
 
 use std::time::Duration;
 
@@ -41,7 +42,16 @@ impl Directory {
             let resp = if leader == self.inner.id {
                 self.inner.server.forward(req.clone()).await
             } else {
-                self.forward_to(leader, req.clone()).await
+                // A leader that died does not answer: rather than wait out the RPC timeout,
+                // give up on it as soon as this member sees the leadership move (an election
+                // starts or ends). A write sent twice this way applies once (request ids).
+                tokio::select! {
+                    r = self.forward_to(leader, req.clone()) => r,
+                    () = self.leader_moved(leader) => Err(DirectoryError::Unreachable {
+                        node: leader,
+                        reason: "the leadership moved while the request was in flight".into(),
+                    }),
+                }
             };
             match resp {
                 Ok(r) => match forward_hint(&r) {
@@ -66,6 +76,20 @@ impl Directory {
             leader: self.current_leader(),
             attempts: attempts_max,
         })
+    }
+
+    /// Resolves once this member no longer takes `from` for the leader.
+    async fn leader_moved(&self, from: NodeId) {
+        let mut metrics = self.inner.raft.metrics();
+        loop {
+            if metrics.borrow().current_leader != Some(from) {
+                return;
+            }
+            if metrics.changed().await.is_err() {
+                // Raft stopped: the forward itself will end (the member is shutting down).
+                std::future::pending::<()>().await;
+            }
+        }
     }
 
     async fn forward_to(

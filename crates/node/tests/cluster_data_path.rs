@@ -8,8 +8,6 @@
 mod cluster_harness;
 mod common;
 
-use std::time::{Duration, Instant};
-
 use cluster_harness::init_tracing;
 use common::{builtin, payload};
 
@@ -42,25 +40,23 @@ fn a_put_is_replicated_and_a_get_elsewhere_fetches_verifies_and_registers() {
 
     tracing::info!("phase 3: the directory names two owners, and the second holds a copy");
     // Lookups read the local replica, which may lag the commit by the replication delay.
+    // At least the two copies the put counted (a hedged push may leave a third).
     let (block, owners) = cluster.wait_for("n1's replica to show both owners", || {
         let (block, owners) = cluster.lookup(1, &k);
-        (owners.len() == 2).then_some((block, owners))
+        (owners.len() >= 2).then_some((block, owners))
     });
     assert_eq!(block.as_deref(), Some(id.as_str()));
     assert!(owners.contains(&"n1".to_owned()), "{owners:?}");
     let copy = owners.iter().map(|o| node(o)).find(|n| *n != 1).unwrap();
-    assert_eq!(
-        cluster.head_status(copy, &id),
-        200,
-        "n{copy} holds the copy locally"
-    );
+    assert!(cluster.holds(copy, &id), "n{copy} holds the copy locally");
     let reader = (1..=3)
         .find(|n| !owners.contains(&format!("n{n}")))
         .unwrap();
+    assert!(!cluster.holds(reader, &id), "n{reader} holds nothing yet");
     assert_eq!(
         cluster.head_status(reader, &id),
-        404,
-        "n{reader} holds nothing yet"
+        200,
+        "HEAD answers as GET would: an owner holds it"
     );
     cluster.wait_for("every replica of the directory to agree", || {
         (cluster.lookup(reader, &k).1 == owners).then_some(())
@@ -94,9 +90,7 @@ fn a_put_is_replicated_and_a_get_elsewhere_fetches_verifies_and_registers() {
     let r = cluster.put_block(1, &g, &bytes2, &[]);
     assert_eq!(r.status, 201);
     let id2 = r.json()["block"].as_str().unwrap().to_owned();
-    let holders: Vec<u64> = (1..=3)
-        .filter(|n| cluster.head_status(*n, &id2) == 200)
-        .collect();
+    let holders: Vec<u64> = (1..=3).filter(|n| cluster.holds(*n, &id2)).collect();
     assert_eq!(holders.len(), 2, "{holders:?}");
     let far = (1..=3).find(|n| !holders.contains(n)).unwrap();
     let local = cluster
@@ -126,7 +120,7 @@ fn a_put_is_replicated_and_a_get_elsewhere_fetches_verifies_and_registers() {
 }
 
 #[test]
-fn short_of_replicas_is_a_typed_503_and_dead_owners_are_a_bounded_404() {
+fn short_of_replicas_is_a_typed_503_and_dead_owners_are_503_not_404() {
     init_tracing();
     let g = builtin(MODEL);
     tracing::info!("phase 1: three nodes asked for three copies");
@@ -155,28 +149,24 @@ fn short_of_replicas_is_a_typed_503_and_dead_owners_are_a_bounded_404() {
         .find(|w| w.len() == 64)
         .expect("the message names the block")
         .to_owned();
-    assert_eq!(cluster.head_status(1, &id2), 200, "the local copy stays");
+    assert!(cluster.holds(1, &id2), "the local copy stays");
 
-    tracing::info!("phase 3: n3 restarts, then n1 and n2 are killed: nobody serves the block");
+    tracing::info!("phase 3: n3 restarts, then n1 and n2 are killed: their copies are unreachable");
     cluster.restart(3);
     cluster.wait_for("n3 ready again", || cluster.ready(3).then_some(()));
-    assert_eq!(
-        cluster.head_status(3, &id),
-        404,
-        "n3 lost its RAM copy with the kill"
-    );
+    assert!(!cluster.holds(3, &id), "n3 lost its RAM copy with the kill");
     cluster.kill(1);
     cluster.kill(2);
-    let start = Instant::now();
     let r = cluster
         .get(3, &format!("/v1/blocks/{id}"))
         .expect("an answer");
-    assert_eq!(r.status, 404, "{}", String::from_utf8_lossy(&r.body));
-    assert!(
-        start.elapsed() < Duration::from_secs(60),
-        "bounded: {:?}",
-        start.elapsed()
-    );
+    assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["error"]["code"], "owners_unreachable");
+    let absent = "ab".repeat(32);
+    let r = cluster
+        .get(3, &format!("/v1/blocks/{absent}"))
+        .expect("an answer");
+    assert_eq!(r.status, 404, "a block no owner is known of");
     let (ok, out) = cluster.down();
     assert!(ok, "{out}");
 }

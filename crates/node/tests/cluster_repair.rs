@@ -42,9 +42,7 @@ fn a_block_that_lost_a_holder_is_copied_to_another_node() {
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.json()["replicas"], 2);
     let id = r.json()["block"].as_str().unwrap().to_owned();
-    let holders: Vec<u64> = (1..=3)
-        .filter(|n| cluster.head_status(*n, &id) == 200)
-        .collect();
+    let holders: Vec<u64> = (1..=3).filter(|n| cluster.holds(*n, &id)).collect();
     assert_eq!(holders.len(), 2, "holders {holders:?}");
     assert!(holders.contains(&1));
     let lost = holders[1];
@@ -60,7 +58,7 @@ fn a_block_that_lost_a_holder_is_copied_to_another_node() {
 
     tracing::info!("phase 4: n1 copies the block to the spare node");
     cluster.wait_for("the spare node to hold a repaired copy", || {
-        (cluster.head_status(spare, &id) == 200).then_some(())
+        cluster.holds(spare, &id).then_some(())
     });
     // The spare holds the copy before n1 hears its answer and counts it.
     cluster.wait_for("n1 to count the copy it made", || {

@@ -62,6 +62,9 @@ pub struct NodeConfigFile {
     /// `[route]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<RouteSection>,
+    /// `[transport]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<TransportSection>,
     /// `[operator]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator: Option<OperatorSection>,
@@ -71,6 +74,17 @@ pub struct NodeConfigFile {
     /// `[cluster]`: a standalone node without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterSection>,
+}
+
+/// `[transport]` (every key optional).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TransportSection {
+    /// `quic` or `ucx`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Any other `[transport]` key (and the `quic`/`ucx` tables), as TOML values.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, toml::Value>,
 }
 
 /// `[node]`.
@@ -265,6 +279,7 @@ impl NodeConfigFile {
             tenants: Vec::new(),
             events: None,
             route: None,
+            transport: None,
             operator: None,
             arenas: None,
             cluster: None,

@@ -76,8 +76,10 @@ impl Client {
         checked("GET", &self.url(path), resp)
     }
 
-    /// `HEAD path`: the status code, whatever it is (only a failed connection is an error).
-    pub fn head_status(&self, path: &str) -> anyhow::Result<u16> {
+    /// `HEAD path`: the status code, whatever it is, and `kvfabric-source` (`local` when
+    /// the node holds the block itself, else the owner that does); only a failed connection
+    /// is an error.
+    pub fn head(&self, path: &str) -> anyhow::Result<(u16, Option<String>)> {
         let mut req = self.agent.head(self.url(path));
         if let Some(a) = self.auth() {
             req = req.header("authorization", a);
@@ -85,7 +87,12 @@ impl Client {
         let resp = req
             .call()
             .with_context(|| format!("HEAD {}", self.url(path)))?;
-        Ok(resp.status().as_u16())
+        let source = resp
+            .headers()
+            .get("kvfabric-source")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        Ok((resp.status().as_u16(), source))
     }
 
     /// `PUT path` with `body` and extra headers; the response if it is a success.

@@ -26,6 +26,16 @@ pub struct TransportCounters {
     leases_refused: AtomicU64,
     leases_expired: AtomicU64,
     leases_held: AtomicU64,
+    pushes_ok: AtomicU64,
+    pushes_failed: AtomicU64,
+    pushes_stored: AtomicU64,
+    pushes_rejected: AtomicU64,
+    probes_ok: AtomicU64,
+    probes_failed: AtomicU64,
+    probes_served: AtomicU64,
+    messages_ok: AtomicU64,
+    messages_failed: AtomicU64,
+    messages_served: AtomicU64,
 }
 
 /// A point-in-time copy of [`TransportCounters`].
@@ -69,6 +79,27 @@ pub struct CountersSnapshot {
     pub leases_expired: u64,
     /// Leases held now (mapped, awaiting release, expiry or the connection's end).
     pub leases_held: u64,
+    /// Pushes a peer answered `Stored` (its copy verified, installed and registered).
+    pub pushes_ok: u64,
+    /// Pushes that ended otherwise (refused, rejected, unreachable, timed out).
+    pub pushes_failed: u64,
+    /// Pushed blocks this side verified and stored.
+    pub pushes_stored: u64,
+    /// Pushed blocks this side refused because their bytes hashed to another id (also
+    /// counted in `verify_failures`).
+    pub pushes_rejected: u64,
+    /// Probes a peer answered (held or not).
+    pub probes_ok: u64,
+    /// Probes that got no answer (unreachable, timed out, broken).
+    pub probes_failed: u64,
+    /// Probes this side answered.
+    pub probes_served: u64,
+    /// Channel messages (Raft, control) that got an answer.
+    pub messages_ok: u64,
+    /// Channel messages that got none (unreachable, timed out, broken, too large).
+    pub messages_failed: u64,
+    /// Channel messages this side answered.
+    pub messages_served: u64,
 }
 
 macro_rules! bump {
@@ -94,6 +125,16 @@ impl TransportCounters {
         handshakes_refused,
         blocks_served,
         not_found_served,
+        pushes_ok,
+        pushes_failed,
+        pushes_stored,
+        pushes_rejected,
+        probes_ok,
+        probes_failed,
+        probes_served,
+        messages_ok,
+        messages_failed,
+        messages_served,
     );
 
     /// Adds received bytes.
@@ -140,6 +181,16 @@ impl TransportCounters {
             leases_refused: g(&self.leases_refused),
             leases_expired: g(&self.leases_expired),
             leases_held: g(&self.leases_held),
+            pushes_ok: g(&self.pushes_ok),
+            pushes_failed: g(&self.pushes_failed),
+            pushes_stored: g(&self.pushes_stored),
+            pushes_rejected: g(&self.pushes_rejected),
+            probes_ok: g(&self.probes_ok),
+            probes_failed: g(&self.probes_failed),
+            probes_served: g(&self.probes_served),
+            messages_ok: g(&self.messages_ok),
+            messages_failed: g(&self.messages_failed),
+            messages_served: g(&self.messages_served),
         }
     }
 }

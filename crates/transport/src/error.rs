@@ -46,6 +46,30 @@ pub enum TransportError {
         /// The block.
         id: BlockId,
     },
+    /// The peer refused a pushed block: its bytes hashed to another id on the peer's side.
+    #[error("{peer} rejected block {id}: the bytes it received hash to another id")]
+    Rejected {
+        /// Who refused it.
+        peer: PeerAddr,
+        /// The block.
+        id: BlockId,
+    },
+    /// A channel message that broke the channel's framing (too large, cut short).
+    #[error("message with {peer}: {reason}")]
+    BadMessage {
+        /// The peer.
+        peer: PeerAddr,
+        /// The channel, what was expected and what was found.
+        reason: String,
+    },
+    /// A channel this transport does not carry.
+    #[error("no channel {channel} on this transport (it carries: {carried})")]
+    NoChannel {
+        /// The channel asked for.
+        channel: String,
+        /// The channels it carries.
+        carried: String,
+    },
     /// The bytes the peer sent hash to another id; they were dropped and counted.
     #[error("block {expected} from {peer} failed verification: bytes hash to {found}")]
     VerifyFailed {
@@ -182,5 +206,19 @@ impl TransportError {
     /// Whether the bytes failed their hash (a lying or corrupted peer).
     pub fn is_verify_failure(&self) -> bool {
         matches!(self, TransportError::VerifyFailed { .. })
+    }
+
+    /// Whether the peer did not answer at all — unreachable, silent past a bound, its
+    /// connection lost or refused, its stream broken — as opposed to answering (not found,
+    /// unavailable, rejected) or failing verification. A caller suspects such a peer.
+    pub fn is_peer_unreachable(&self) -> bool {
+        matches!(
+            self,
+            TransportError::Timeout { .. }
+                | TransportError::Connect { .. }
+                | TransportError::ConnectionLost { .. }
+                | TransportError::Handshake { .. }
+                | TransportError::Truncated { .. }
+        )
     }
 }

@@ -17,6 +17,14 @@
 //! response (server → client: `Block` followed by `length` bytes, or `NotFound` /
 //! `Unavailable` with length 0), each followed by the end of that direction of the stream.
 //!
+//! Push replication adds two exchanges on the same streams (codes 8–12, the header
+//! unchanged): `Push` (client → server, followed by `length` bytes of the block, header ‖
+//! payload, as the store holds them: "verify this block, install it, register yourself as
+//! its owner, then answer"), answered by `Stored` (length 0: done), `Rejected` (length 0: the
+//! bytes did not hash to the id) or `Unavailable` (length 0: not taken now); and `Probe`
+//! (client → server, length 0: "do you hold this block?"), answered by `Held` (followed by
+//! exactly 8 bytes: the block's stored length, u64 LE), `NotFound` or `Unavailable`.
+//!
 //! The UCX transport's one-sided read mode adds three kinds (codes 5–7; the header is
 //! unchanged): `FetchRma` (client → server, length 0: map this block for me to read),
 //! answered by `Lease` (server → client, followed by a [`crate::lease::LeaseDescriptor`] of
@@ -54,7 +62,22 @@ pub enum FrameKind {
     /// Client → server: done reading the oldest lease of this block on this connection
     /// (length 0, no answer; UCX get mode).
     Release = 7,
+    /// Client → server: take this block; its bytes (header ‖ payload) follow, `length` of
+    /// them (push replication).
+    Push = 8,
+    /// Server → client: the pushed block verified, is installed and registered (length 0).
+    Stored = 9,
+    /// Server → client: the pushed bytes did not hash to the id (length 0).
+    Rejected = 10,
+    /// Client → server: do you hold this block? (length 0)
+    Probe = 11,
+    /// Server → client: held; exactly [`HELD_LENGTH`] bytes follow, the block's stored length
+    /// (u64 LE).
+    Held = 12,
 }
+
+/// The length of a `Held` frame's body: the block's stored length as a u64.
+pub const HELD_LENGTH: u64 = 8;
 
 impl FrameKind {
     /// The kind with this wire code.
@@ -67,6 +90,11 @@ impl FrameKind {
             5 => Some(FrameKind::Lease),
             6 => Some(FrameKind::FetchRma),
             7 => Some(FrameKind::Release),
+            8 => Some(FrameKind::Push),
+            9 => Some(FrameKind::Stored),
+            10 => Some(FrameKind::Rejected),
+            11 => Some(FrameKind::Probe),
+            12 => Some(FrameKind::Held),
             _ => None,
         }
     }
@@ -75,17 +103,47 @@ impl FrameKind {
     pub fn is_request(self) -> bool {
         matches!(
             self,
-            FrameKind::Fetch | FrameKind::FetchRma | FrameKind::Release
+            FrameKind::Fetch
+                | FrameKind::FetchRma
+                | FrameKind::Release
+                | FrameKind::Push
+                | FrameKind::Probe
         )
     }
 
     /// Whether a frame of this kind is followed by `length` bytes (else its length is 0).
     pub fn has_payload(self) -> bool {
-        matches!(self, FrameKind::Block | FrameKind::Lease)
+        matches!(
+            self,
+            FrameKind::Block | FrameKind::Lease | FrameKind::Push | FrameKind::Held
+        )
+    }
+
+    /// The kinds that may answer a request of this kind, and how an error names them.
+    fn answers(self) -> (&'static [FrameKind], &'static str) {
+        use FrameKind::*;
+        match self {
+            FetchRma => (
+                &[Lease, NotFound, Unavailable],
+                "Lease, NotFound or Unavailable",
+            ),
+            Push => (
+                &[Stored, Rejected, Unavailable],
+                "Stored, Rejected or Unavailable",
+            ),
+            Probe => (
+                &[Held, NotFound, Unavailable],
+                "Held, NotFound or Unavailable",
+            ),
+            _ => (
+                &[Block, NotFound, Unavailable],
+                "Block, NotFound or Unavailable",
+            ),
+        }
     }
 
     /// The wire codes, lowest to highest (for error texts and tests).
-    pub const CODES: std::ops::RangeInclusive<u8> = 1..=7;
+    pub const CODES: std::ops::RangeInclusive<u8> = 1..=12;
 }
 
 /// A decoded (or to-be-encoded) frame header.
@@ -149,7 +207,7 @@ pub enum FrameError {
         found: u16,
     },
     /// A kind code outside [`FrameKind`].
-    #[error("unknown frame kind: expected 1..=7, found {found}")]
+    #[error("unknown frame kind: expected 1..=12, found {found}")]
     UnknownKind {
         /// The code.
         found: u8,
@@ -188,6 +246,12 @@ pub enum FrameError {
         /// The announced length.
         found: u64,
     },
+    /// A `Held` whose length is not [`HELD_LENGTH`].
+    #[error("Held frame of bad size: expected {HELD_LENGTH} bytes, found {found}")]
+    BadHeldLength {
+        /// The announced length.
+        found: u64,
+    },
     /// A `Lease` descriptor that does not decode or check.
     #[error("bad lease descriptor: {0}")]
     BadLease(#[from] crate::lease::LeaseError),
@@ -221,9 +285,9 @@ impl FrameHeader {
         FrameHeader::request(FrameKind::Fetch, namespace, id)
     }
 
-    /// A request of `kind` (`Fetch`, `FetchRma` or `Release`) about `id`, length 0.
+    /// A request of `kind` (`Fetch`, `FetchRma`, `Release` or `Probe`) about `id`, length 0.
     pub fn request(kind: FrameKind, namespace: NamespaceKey, id: BlockId) -> FrameHeader {
-        debug_assert!(kind.is_request());
+        debug_assert!(kind.is_request() && !kind.has_payload());
         FrameHeader {
             kind,
             id,
@@ -297,6 +361,9 @@ impl FrameHeader {
                 found: wire.length,
             });
         }
+        if kind == FrameKind::Held && wire.length != HELD_LENGTH {
+            return Err(FrameError::BadHeldLength { found: wire.length });
+        }
         if wire.length > max_frame_bytes {
             return Err(FrameError::TooLarge {
                 max: max_frame_bytes,
@@ -312,45 +379,55 @@ impl FrameHeader {
     }
 }
 
-/// Server side: decodes a request; only `Fetch`, `FetchRma` and `Release` are accepted.
+/// Server side: decodes a request without a body; only `Fetch`, `FetchRma`, `Release` and
+/// `Probe` are accepted (a `Push` carries a block: [`decode_any_request`] bounds it).
 pub fn decode_request(bytes: &[u8]) -> Result<FrameHeader, FrameError> {
-    // A request never carries a payload (a non-zero length on one is refused in decode),
+    // These requests never carry a payload (a non-zero length on one is refused in decode),
     // so no size bound applies here; checking the kind first gives the clearer error.
     let header = FrameHeader::decode(bytes, u64::MAX)?;
-    if !header.kind.is_request() {
+    if !header.kind.is_request() || header.kind.has_payload() {
         return Err(FrameError::UnexpectedKind {
-            expected: "Fetch, FetchRma or Release",
+            expected: "Fetch, FetchRma, Release or Probe",
             found: header.kind,
         });
     }
     Ok(header)
 }
 
+/// Server side: decodes any request, a `Push`'s block length bounded by `max_frame_bytes`.
+pub fn decode_any_request(bytes: &[u8], max_frame_bytes: u64) -> Result<FrameHeader, FrameError> {
+    let header = FrameHeader::decode(bytes, max_frame_bytes)?;
+    if !header.kind.is_request() {
+        return Err(FrameError::UnexpectedKind {
+            expected: "Fetch, FetchRma, Release, Push or Probe",
+            found: header.kind,
+        });
+    }
+    Ok(header)
+}
+
+/// A `Push` of `block_len` bytes of block `id` under `namespace` (its bytes follow).
+pub fn push_header(namespace: NamespaceKey, id: BlockId, block_len: u64) -> FrameHeader {
+    FrameHeader {
+        kind: FrameKind::Push,
+        id,
+        namespace,
+        length: block_len,
+    }
+}
+
 /// Client side: decodes the response to `request`; checks kind, id, namespace and length.
 /// A `Fetch` is answered by `Block`, `NotFound` or `Unavailable`; a `FetchRma` by `Lease`,
-/// `NotFound` or `Unavailable`.
+/// `NotFound` or `Unavailable`; a `Push` by `Stored`, `Rejected` or `Unavailable`; a `Probe`
+/// by `Held`, `NotFound` or `Unavailable`.
 pub fn decode_response(
     bytes: &[u8],
     request: &FrameHeader,
     max_frame_bytes: u64,
 ) -> Result<FrameHeader, FrameError> {
     let header = FrameHeader::decode(bytes, max_frame_bytes)?;
-    let (fits, expected) = match request.kind {
-        FrameKind::FetchRma => (
-            matches!(
-                header.kind,
-                FrameKind::Lease | FrameKind::NotFound | FrameKind::Unavailable
-            ),
-            "Lease, NotFound or Unavailable",
-        ),
-        _ => (
-            matches!(
-                header.kind,
-                FrameKind::Block | FrameKind::NotFound | FrameKind::Unavailable
-            ),
-            "Block, NotFound or Unavailable",
-        ),
-    };
+    let (allowed, expected) = request.kind.answers();
+    let fits = allowed.contains(&header.kind);
     if !fits {
         return Err(FrameError::UnexpectedKind {
             expected,

@@ -32,6 +32,11 @@ fn round_trips_every_kind() {
         (FrameKind::Lease, 350),
         (FrameKind::FetchRma, 0),
         (FrameKind::Release, 0),
+        (FrameKind::Push, 4_497_472),
+        (FrameKind::Stored, 0),
+        (FrameKind::Rejected, 0),
+        (FrameKind::Probe, 0),
+        (FrameKind::Held, HELD_LENGTH),
     ] {
         let h = header(kind, len);
         assert_eq!(FrameHeader::decode(&h.encode(), u64::MAX), Ok(h));
@@ -42,7 +47,7 @@ fn round_trips_every_kind() {
 
 #[test]
 fn the_existing_codes_never_move() {
-    // The wire contract: extended (5..=7), never renumbered.
+    // The wire contract: extended (5..=7, then 8..=12), never renumbered.
     let codes = [
         (FrameKind::Fetch, 1),
         (FrameKind::Block, 2),
@@ -51,20 +56,25 @@ fn the_existing_codes_never_move() {
         (FrameKind::Lease, 5),
         (FrameKind::FetchRma, 6),
         (FrameKind::Release, 7),
+        (FrameKind::Push, 8),
+        (FrameKind::Stored, 9),
+        (FrameKind::Rejected, 10),
+        (FrameKind::Probe, 11),
+        (FrameKind::Held, 12),
     ];
     for (kind, code) in codes {
         assert_eq!(kind as u8, code, "{kind:?}");
     }
-    for code in [0u8, 8, 255] {
+    for code in [0u8, 13, 255] {
         assert_eq!(FrameKind::from_code(code), None);
     }
     let mut b = header(FrameKind::Fetch, 0).encode();
-    b[6] = 8;
+    b[6] = 13;
     let err = FrameHeader::decode(&b, 0).unwrap_err();
-    assert_eq!(err, FrameError::UnknownKind { found: 8 });
+    assert_eq!(err, FrameError::UnknownKind { found: 13 });
     assert_eq!(
         err.to_string(),
-        "unknown frame kind: expected 1..=7, found 8"
+        "unknown frame kind: expected 1..=12, found 13"
     );
 }
 
@@ -141,6 +151,73 @@ fn each_request_kind_accepts_only_its_answers() {
 }
 
 #[test]
+fn push_and_probe_are_answered_only_by_their_own_kinds() {
+    let push = header(FrameKind::Push, 1000);
+    let probe = header(FrameKind::Probe, 0);
+    // A push carries its block: only the bounded decoder takes it, within the bound.
+    assert!(matches!(
+        decode_request(&push.encode()),
+        Err(FrameError::UnexpectedKind {
+            found: FrameKind::Push,
+            ..
+        })
+    ));
+    assert_eq!(decode_any_request(&push.encode(), 1000), Ok(push));
+    assert_eq!(
+        decode_any_request(&push.encode(), 999),
+        Err(FrameError::TooLarge {
+            max: 999,
+            found: 1000
+        })
+    );
+    assert_eq!(decode_request(&probe.encode()), Ok(probe));
+    for answer in [
+        FrameKind::Stored,
+        FrameKind::Rejected,
+        FrameKind::Unavailable,
+    ] {
+        let h = header(answer, 0);
+        assert_eq!(decode_response(&h.encode(), &push, 100), Ok(h));
+        assert!(
+            decode_response(&h.encode(), &header(FrameKind::Fetch, 0), 100).is_err()
+                || answer == FrameKind::Unavailable
+        );
+    }
+    let held = header(FrameKind::Held, HELD_LENGTH);
+    assert_eq!(decode_response(&held.encode(), &probe, 100), Ok(held));
+    for wrong in [FrameKind::Block, FrameKind::Stored, FrameKind::Lease] {
+        let len = match wrong {
+            FrameKind::Block => 10,
+            FrameKind::Lease => 100,
+            _ => 0,
+        };
+        assert!(
+            decode_response(&header(wrong, len).encode(), &probe, 100).is_err(),
+            "{wrong:?} answers no probe"
+        );
+        assert!(
+            decode_response(&header(wrong, len).encode(), &push, 100).is_err()
+                || wrong == FrameKind::Stored,
+            "{wrong:?} answers no push"
+        );
+    }
+    // A Held is exactly the stored length, nothing else.
+    for bad in [0u64, 7, 9] {
+        let mut b = header(FrameKind::Held, HELD_LENGTH).encode();
+        b[71..79].copy_from_slice(&bad.to_le_bytes());
+        assert_eq!(
+            FrameHeader::decode(&b, u64::MAX),
+            Err(FrameError::BadHeldLength { found: bad })
+        );
+    }
+    // Answers are not requests, and requests do not answer.
+    for answer in [FrameKind::Stored, FrameKind::Rejected] {
+        assert!(decode_any_request(&header(answer, 0).encode(), u64::MAX).is_err());
+    }
+    assert!(decode_response(&probe.encode(), &push, 100).is_err());
+}
+
+#[test]
 fn refuses_short_input_with_the_lengths() {
     let bytes = header(FrameKind::Fetch, 0).encode();
     assert_eq!(
@@ -177,10 +254,10 @@ fn refuses_bad_magic_version_and_kind() {
         })
     );
     let mut b = header(FrameKind::Fetch, 0).encode();
-    b[6] = 9;
+    b[6] = 99;
     assert_eq!(
         FrameHeader::decode(&b, 0),
-        Err(FrameError::UnknownKind { found: 9 })
+        Err(FrameError::UnknownKind { found: 99 })
     );
 }
 
@@ -247,6 +324,11 @@ fn any_kind() -> impl Strategy<Value = FrameKind> {
         Just(FrameKind::Lease),
         Just(FrameKind::FetchRma),
         Just(FrameKind::Release),
+        Just(FrameKind::Push),
+        Just(FrameKind::Stored),
+        Just(FrameKind::Rejected),
+        Just(FrameKind::Probe),
+        Just(FrameKind::Held),
     ]
 }
 
@@ -265,6 +347,29 @@ proptest! {
         }
         if let Ok(h) = decode_request(&bytes) {
             prop_assert!(h.kind.is_request());
+            prop_assert_eq!(h.length, 0);
+        }
+        if let Ok(h) = decode_any_request(&bytes, max) {
+            prop_assert!(h.kind.is_request());
+            prop_assert!(h.length <= max);
+            prop_assert!(h.kind == FrameKind::Push || h.length == 0);
+        }
+        if let Ok(h) = FrameHeader::decode(&bytes, max) {
+            if h.kind == FrameKind::Held {
+                prop_assert_eq!(h.length, HELD_LENGTH);
+            }
+        }
+        // A response decoder for a push or a probe accepts only their answers, for the block
+        // and namespace asked about.
+        let (ns, id) = (NamespaceKey([0x11; 32]), BlockId([0x22; 32]));
+        for (request, answers) in [
+            (push_header(ns, id, 64), &[FrameKind::Stored, FrameKind::Rejected, FrameKind::Unavailable][..]),
+            (FrameHeader::request(FrameKind::Probe, ns, id), &[FrameKind::Held, FrameKind::NotFound, FrameKind::Unavailable][..]),
+        ] {
+            if let Ok(h) = decode_response(&bytes, &request, max) {
+                prop_assert!(answers.contains(&h.kind));
+                prop_assert_eq!((h.id, h.namespace), (id, ns));
+            }
         }
     }
 
@@ -276,7 +381,8 @@ proptest! {
         len in any::<u64>(),
     ) {
         let length = match kind {
-            FrameKind::Block => len,
+            FrameKind::Block | FrameKind::Push => len,
+            FrameKind::Held => HELD_LENGTH,
             FrameKind::Lease => {
                 let span = (crate::lease::LEASE_DESCRIPTOR_BYTES_MAX
                     - crate::lease::LEASE_DESCRIPTOR_BYTES_MIN) as u64;

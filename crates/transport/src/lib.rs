@@ -1,8 +1,11 @@
 //! kvfabric's transport: moving sealed blocks between nodes, verified on receipt.
 //!
 //! Owns: the [`Transport`] trait (fetch one or many blocks from a peer, fall back across
-//! owners; serve from a [`BlockSource`]) and its conformance suite ([`conformance`]); the
-//! wire frame ([`frame`], sans-IO, fuzzed); streaming verification on receipt ([`receive`]);
+//! owners, push a block to a peer, probe a peer; serve from and into a [`BlockSource`]) and
+//! its conformance suite ([`conformance`]); message channels beside blocks ([`message`]:
+//! opaque, bounded request/response messages — a node's Raft and control — on the same
+//! endpoint); the in-memory transport with fault hooks for deterministic tests ([`memory`]);
+//! the wire frame ([`frame`], sans-IO, fuzzed); streaming verification on receipt ([`receive`]);
 //! the QUIC implementation ([`quic`]: quinn, mutual TLS with a cluster CA from [`certs`]);
 //! the UCX implementation (`ucx` module, `ucx` feature: in-tree `ucx-sys` bindings, one
 //! progress thread per transport); RDMA verbs device discovery (`rdma` module, `rdma`
@@ -10,9 +13,10 @@
 //! ([`TransportCounters`]) of one instance.
 //!
 //! Must never: hand out bytes that did not hash to the id asked for (only a
-//! [`VerifiedBlock`] leaves a fetch); install anything partial (a failed fetch drops its
-//! buffer); trust a peer's frame before checking it; hold more than its config allows;
-//! know about Raft or the directory.
+//! [`VerifiedBlock`] leaves a fetch or reaches a source from a push); install anything
+//! partial (a failed fetch or push drops its buffer); trust a peer's frame before checking
+//! it; hold more than its config allows; know about Raft or the directory (a channel's
+//! messages are opaque bytes to it).
 //!
 //! # Wire
 //!
@@ -20,7 +24,12 @@
 //! `Fetch` and ends its side; the server answers with a `Block` header and the block's bytes
 //! (header ‖ payload, as the store holds them, never re-encoded), or `NotFound` /
 //! `Unavailable`, and ends its side. The header carries the namespace key, so the receiver
-//! hashes under the right key; the byte table is in [`frame`].
+//! hashes under the right key; the byte table is in [`frame`]. A push is the mirror: the
+//! client sends a `Push` header and the block, the server receives it through the same
+//! [`BlockReceiver`], hands the verified block to its source and answers `Stored`, `Rejected`
+//! or `Unavailable` (one round trip); a probe asks `Probe` and is answered `Held` (with the
+//! stored length) or `NotFound`. Message channels ([`message`]) are connections of their own
+//! ALPN on the same endpoint, one length-prefixed request and answer per stream.
 //!
 //! Over UCX the same headers and bytes travel on one UCP stream endpoint per peer, which has
 //! no per-message end: requests are pipelined on it and answered in request order, and the
@@ -316,6 +325,8 @@ pub mod counters;
 pub mod error;
 pub mod frame;
 pub mod lease;
+pub mod memory;
+pub mod message;
 pub mod peer;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
@@ -334,12 +345,14 @@ pub use counters::{CountersSnapshot, TransportCounters};
 pub use error::TransportError;
 pub use frame::{FrameError, FrameHeader, FrameKind};
 pub use kvfabric_store::VerifiedBlock;
+pub use memory::{MemoryNetwork, MemoryTransport};
+pub use message::{Channel, MessageHandler, Messenger};
 pub use peer::PeerAddr;
 pub use quic::QuicTransport;
 #[cfg(feature = "rdma")]
 pub use rdma::RdmaTransport;
 pub use receive::{BlockReceiver, PayloadSink, ReceiveError};
-pub use source::{BlockSource, MemorySource, SourceLookup};
+pub use source::{Accepted, BlockSource, Holding, MemorySource, SourceLookup};
 pub use transport::{Fetched, Transport, TransportFuture};
 #[cfg(feature = "ucx")]
 pub use ucx::UcxTransport;

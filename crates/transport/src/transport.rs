@@ -1,4 +1,5 @@
-//! The [`Transport`] trait: fetch verified blocks from peers, serve blocks from a source.
+//! The [`Transport`] trait: fetch verified blocks from peers, push blocks to them, probe them,
+//! serve blocks from a source.
 //!
 //! Every implementation (QUIC now; UCX and RDMA verbs behind features later) serves the
 //! [`crate::BlockSource`] it was built with and fetches over one connection per peer, a
@@ -50,6 +51,26 @@ pub trait Transport: Send + Sync {
         namespace: NamespaceKey,
         ids: &'a [BlockId],
     ) -> TransportFuture<'a, Vec<Result<VerifiedBlock, TransportError>>>;
+
+    /// Pushes `block` to `peer`, which verifies it with the same streaming receiver, stores it
+    /// and answers: `Ok` once it holds a verified copy (one round trip). Bounded by
+    /// `fetch_timeout_ms`; refused bytes are [`TransportError::Rejected`], a copy not taken
+    /// [`TransportError::Unavailable`].
+    fn push<'a>(
+        &'a self,
+        peer: &'a PeerAddr,
+        block: &'a VerifiedBlock,
+    ) -> TransportFuture<'a, Result<(), TransportError>>;
+
+    /// Asks `peer` whether it holds `id` under `namespace`, without moving the block: its
+    /// stored length when it does, [`TransportError::NotFound`] when it does not. Bounded by
+    /// `fetch_timeout_ms`; also how a caller learns a suspected peer answers again.
+    fn probe<'a>(
+        &'a self,
+        peer: &'a PeerAddr,
+        namespace: NamespaceKey,
+        id: BlockId,
+    ) -> TransportFuture<'a, Result<u64, TransportError>>;
 
     /// Tries `owners` in order until one serves bytes that verify; says which one did.
     fn fetch_from_owners<'a>(

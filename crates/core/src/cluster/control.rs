@@ -1,39 +1,24 @@
-//! The node-to-node control protocol: requests one member makes of another that are not Raft
-//! and not block bytes, carried on the Raft endpoint under their own ALPN
-//! ([`CONTROL_ALPN`]) and therefore authenticated by the cluster's mutual TLS.
-//!
-//! One request per bidirectional stream: a frame of a 4-byte little-endian length and a JSON
-//! body of at most [`CONTROL_FRAME_BYTES_MAX`] bytes each way. Requests:
-//! [`ControlRequest::Replicate`], "fetch block `block` of `namespace` from member `from` over
-//! the block transport, verify, install, register yourself as an owner, then answer", and
-//! [`ControlRequest::Usage`], "report your tiers (and the bandwidths you measured, and your
-//! counters)"; [`ControlRequest::Describe`], "say who you are and where you are reached";
+//! The node-to-node control protocol: requests one member makes of another that are neither
+//! Raft nor block bytes, one JSON message each way on the control channel
+//! ([`super::net::CONTROL_CHANNEL`], at most 64 KiB), authenticated by the cluster's mutual
+//! TLS like everything on the node's endpoint. Requests: [`ControlRequest::Usage`], "report
+//! your tiers (and the bandwidths you measured into yourself, and your counters)";
+//! [`ControlRequest::Describe`], "say who you are and where you are reached";
 //! [`ControlRequest::Drain`], "you are leaving: copy what only you hold enough of";
 //! [`ControlRequest::Events`], "send your event batches from here" (the cluster feed); and
 //! [`ControlRequest::BlockInfo`], "what do your events say of this block".
+//!
+//! Replication is not a control request: the putting node pushes each copy over the block
+//! transport (`replication`), and so do a repair and a drain.
 
 use kvfabric_store::{BlockId, NamespaceKey};
+use kvfabric_transport::PeerAddr;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-
-/// ALPN of the control channel on the Raft endpoint.
-pub const CONTROL_ALPN: &[u8] = b"kvfabric-ctl/1";
-/// Largest control frame body, either way.
-pub const CONTROL_FRAME_BYTES_MAX: u32 = 64 * 1024;
 
 /// A control request.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ControlRequest {
-    /// Take a verified copy of `block` from member `from`.
-    Replicate {
-        /// The member holding the block.
-        from: u64,
-        /// The namespace it was sealed in.
-        namespace: NamespaceKey,
-        /// The block.
-        block: BlockId,
-    },
     /// Report this member's tiers.
     Usage,
     /// Send the batches of this member's event log from `since` of `epoch` (its current
@@ -81,11 +66,6 @@ pub struct TierUsageView {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ControlResponse {
-    /// The copy is verified, installed and registered; it sits in `tier`.
-    Replicated {
-        /// Tier name.
-        tier: String,
-    },
     /// The member's tiers.
     Usage {
         /// Capacity and use per tier.
@@ -142,106 +122,63 @@ pub enum ControlResponse {
 /// Why a control exchange failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
-    /// The peer could not be reached or the stream broke.
-    #[error("control call to n{node}: {reason}")]
+    /// The peer could not be reached, or the exchange broke.
+    #[error("control call to {peer}: {reason}")]
     Unreachable {
         /// The peer.
-        node: u64,
+        peer: PeerAddr,
         /// Why.
         reason: String,
     },
-    /// A frame was too large or did not decode.
-    #[error("control frame: expected {expected}, found {found}")]
-    BadFrame {
+    /// A message did not decode.
+    #[error("control message: expected {expected}, found {found}")]
+    BadMessage {
         /// What was expected.
-        expected: String,
+        expected: &'static str,
         /// What came.
         found: String,
     },
 }
 
-fn bad(expected: impl Into<String>, found: impl ToString) -> ControlError {
-    ControlError::BadFrame {
-        expected: expected.into(),
-        found: found.to_string(),
-    }
+/// Encodes a control message.
+pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
+    serde_json::to_vec(msg).expect("control messages always serialise")
 }
 
-/// Writes one frame holding `msg`.
-pub async fn write_msg<W: AsyncWrite + Unpin, T: Serialize>(
-    w: &mut W,
-    msg: &T,
-) -> Result<(), ControlError> {
-    let body = serde_json::to_vec(msg).map_err(|e| bad("an encodable message", e))?;
-    let len = u32::try_from(body.len())
-        .ok()
-        .filter(|l| *l <= CONTROL_FRAME_BYTES_MAX)
-        .ok_or_else(|| {
-            bad(
-                format!("at most {CONTROL_FRAME_BYTES_MAX} bytes"),
-                body.len(),
-            )
-        })?;
-    w.write_all(&len.to_le_bytes())
-        .await
-        .map_err(|e| bad("a writable stream", e))?;
-    w.write_all(&body)
-        .await
-        .map_err(|e| bad("a writable stream", e))
-}
-
-/// Reads one frame and decodes it; the body is read only after its length passed the bound.
-pub async fn read_msg<R: AsyncRead + Unpin, T: for<'de> Deserialize<'de>>(
-    r: &mut R,
+/// Decodes a control message of type `T` (named `expected` in the error).
+pub fn decode<T: for<'de> Deserialize<'de>>(
+    bytes: &[u8],
+    expected: &'static str,
 ) -> Result<T, ControlError> {
-    let mut len = [0u8; 4];
-    r.read_exact(&mut len)
-        .await
-        .map_err(|e| bad("a 4-byte length", e))?;
-    let len = u32::from_le_bytes(len);
-    if len > CONTROL_FRAME_BYTES_MAX {
-        return Err(bad(format!("at most {CONTROL_FRAME_BYTES_MAX} bytes"), len));
-    }
-    let mut body = vec![0u8; len as usize];
-    r.read_exact(&mut body)
-        .await
-        .map_err(|e| bad(format!("a body of {len} bytes"), e))?;
-    serde_json::from_slice(&body).map_err(|e| bad("a control message", e))
-}
-
-/// Serves control requests (the node's replication side).
-pub trait ControlHandler: Send + Sync + 'static {
-    /// Answers one request.
-    fn handle(
-        &self,
-        req: ControlRequest,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ControlResponse> + Send + '_>>;
+    serde_json::from_slice(bytes).map_err(|e| ControlError::BadMessage {
+        expected,
+        found: e.to_string(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn frames_round_trip_and_oversized_ones_are_refused_before_reading() {
-        let req = ControlRequest::Replicate {
-            from: 3,
-            namespace: NamespaceKey::derive("a"),
-            block: BlockId([7; 32]),
+    #[test]
+    fn messages_round_trip_and_garbage_is_typed() {
+        let back: ControlRequest = decode(&encode(&ControlRequest::Usage), "a request").unwrap();
+        assert!(matches!(back, ControlRequest::Usage));
+        let resp = ControlResponse::Usage {
+            tiers: vec![TierUsageView {
+                tier: "host".into(),
+                capacity: 10,
+                used: 1,
+                blocks: 1,
+            }],
+            inbound: Vec::new(),
+            stats: None,
         };
-        let mut buf = Vec::new();
-        write_msg(&mut buf, &req).await.unwrap();
-        let back: ControlRequest = read_msg(&mut buf.as_slice()).await.unwrap();
-        let ControlRequest::Replicate { from, block, .. } = back else {
-            panic!("expected a replicate request, found {back:?}");
-        };
-        assert_eq!((from, block), (3, BlockId([7; 32])));
-
-        let mut huge = (CONTROL_FRAME_BYTES_MAX + 1).to_le_bytes().to_vec();
-        huge.extend([0u8; 8]);
-        let r: Result<ControlRequest, _> = read_msg(&mut huge.as_slice()).await;
-        assert!(matches!(r, Err(ControlError::BadFrame { .. })), "{r:?}");
-        let r: Result<ControlRequest, _> = read_msg(&mut &b"\x02\0\0\0{}"[..]).await;
-        assert!(matches!(r, Err(ControlError::BadFrame { .. })), "{r:?}");
+        let back: ControlResponse = decode(&encode(&resp), "a response").unwrap();
+        assert!(matches!(back, ControlResponse::Usage { tiers, .. } if tiers.len() == 1));
+        let old: ControlResponse = decode(br#"{"usage":{"tiers":[]}}"#, "a response").unwrap();
+        assert!(matches!(old, ControlResponse::Usage { inbound, .. } if inbound.is_empty()));
+        let e = decode::<ControlRequest>(b"{", "a request").unwrap_err();
+        assert!(matches!(e, ControlError::BadMessage { .. }), "{e}");
     }
 }

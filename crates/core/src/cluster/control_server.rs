@@ -1,19 +1,17 @@
-//! The callee side of the control channel: what a member does when another asks it to take
-//! a verified copy of a block (the peer side of `replication`), to describe itself (a member
-//! added at run time) or to drain before it leaves (`drain`) or to report its tiers (for
-//! `GET /v1/cluster`, with the bandwidths it measured into itself, for `POST /v1/route`, and
-//! its counters, for the operator's dashboard).
+//! The callee side of the control channel: what a member answers when another asks it to
+//! describe itself (a member added at run time), to drain before it leaves (`drain`), for its
+//! event batches or a block's engine identity (the cluster feed, `events::poll`), or for its
+//! tiers (for `GET /v1/cluster`, with the bandwidths it measured into itself, for
+//! `POST /v1/route`, and its counters, for the operator's dashboard). Copies are not asked
+//! for here: they are pushed on the block transport (`source`).
 
-use std::pin::Pin;
 use std::sync::{Arc, Weak};
 
-use kvfabric_store::{BlockId, NamespaceKey};
-use kvfabric_transport::PeerAddr;
+use kvfabric_transport::{MessageHandler, TransportFuture};
 
-use super::control::{ControlHandler, ControlRequest, ControlResponse, TierUsageView};
+use super::control::{decode, encode, ControlRequest, ControlResponse, TierUsageView};
 use super::stats::MemberStats;
 use super::Cluster;
-use crate::ids::NodeId;
 use crate::local::LocalNode;
 
 /// Answers the control requests of other members.
@@ -96,54 +94,25 @@ impl ControlServer {
         }
     }
 
-    /// The peer side of replication: fetch, verify, install, register, then answer.
-    async fn take_copy(
-        &self,
-        from: u64,
-        ns: NamespaceKey,
-        id: BlockId,
-    ) -> Result<&'static str, (&'static str, String)> {
-        let cluster = self
-            .cluster
-            .upgrade()
-            .ok_or(("shutting_down", "the node is stopping".to_owned()))?;
-        let local = &self.local;
-        let batcher = cluster
-            .incarnation
-            .batcher()
-            .ok_or(("not_joined", "not joined to the directory yet".to_owned()))?;
-        let held = local
-            .head(&[ns], &id)
-            .map_err(|e| ("store", e.to_string()))?;
-        let tier = match held {
-            Some((tier, _)) => tier,
-            None => {
-                let m = cluster
-                    .member(NodeId(from))
-                    .ok_or(("unknown_member", format!("n{from} is not a member")))?;
-                let peer = PeerAddr::new(m.cert_name(), m.transport);
-                let started = std::time::Instant::now();
-                let block = cluster
-                    .transport
-                    .fetch(&peer, ns, id)
-                    .await
-                    .map_err(|e| ("fetch_failed", e.to_string()))?;
-                cluster.bandwidth.record(
-                    NodeId(from),
-                    block.bytes().len() as u64,
-                    started.elapsed(),
-                );
-                let engine = crate::events::poll::peer_engine(&cluster, NodeId(from), ns, id).await;
-                local
-                    .install_with(&block, engine)
-                    .map_err(|e| ("store", e.to_string()))?
-            }
-        };
-        batcher
-            .claim(super::directory_block(&ns, id), tier, None)
-            .await
-            .map_err(|e| ("directory", e.to_string()))?;
-        Ok(tier.name())
+    fn answer(&self, req: ControlRequest) -> ControlResponse {
+        match req {
+            ControlRequest::Events {
+                epoch,
+                since,
+                first,
+            } => match self.local.event_log() {
+                Ok(Some(log)) => {
+                    ControlResponse::Events(crate::events::poll::serve(&log, epoch, since, first))
+                }
+                _ => refused("no_events", "this member's event log is not open"),
+            },
+            ControlRequest::BlockInfo { namespace, block } => ControlResponse::BlockInfo {
+                info: self.local.info(&namespace, &block).ok().flatten(),
+            },
+            ControlRequest::Usage => self.usage(),
+            ControlRequest::Describe => self.describe(),
+            ControlRequest::Drain => self.drain(),
+        }
     }
 }
 
@@ -154,49 +123,14 @@ fn refused(code: &str, message: &str) -> ControlResponse {
     }
 }
 
-impl ControlHandler for ControlServer {
-    fn handle(
-        &self,
-        req: ControlRequest,
-    ) -> Pin<Box<dyn std::future::Future<Output = ControlResponse> + Send + '_>> {
+impl MessageHandler for ControlServer {
+    fn handle(&self, request: Vec<u8>) -> TransportFuture<'_, Option<Vec<u8>>> {
         Box::pin(async move {
-            match req {
-                ControlRequest::Replicate {
-                    from,
-                    namespace,
-                    block,
-                } => match self.take_copy(from, namespace, block).await {
-                    Ok(tier) => ControlResponse::Replicated {
-                        tier: tier.to_owned(),
-                    },
-                    Err((code, message)) => {
-                        tracing::warn!(%block, from, code, %message, "replica refused");
-                        ControlResponse::Refused {
-                            code: code.to_owned(),
-                            message,
-                        }
-                    }
-                },
-                ControlRequest::Events {
-                    epoch,
-                    since,
-                    first,
-                } => match self.local.event_log() {
-                    Ok(Some(log)) => ControlResponse::Events(crate::events::poll::serve(
-                        &log, epoch, since, first,
-                    )),
-                    _ => ControlResponse::Refused {
-                        code: "no_events".to_owned(),
-                        message: "this member's event log is not open".to_owned(),
-                    },
-                },
-                ControlRequest::BlockInfo { namespace, block } => ControlResponse::BlockInfo {
-                    info: self.local.info(&namespace, &block).ok().flatten(),
-                },
-                ControlRequest::Usage => self.usage(),
-                ControlRequest::Describe => self.describe(),
-                ControlRequest::Drain => self.drain(),
-            }
+            let resp = match decode::<ControlRequest>(&request, "a control request") {
+                Ok(req) => self.answer(req),
+                Err(e) => refused("bad_request", &e.to_string()),
+            };
+            Some(encode(&resp))
         })
     }
 }

@@ -62,7 +62,12 @@ impl Cluster {
             self.config.replication as usize,
             &held,
             &voters,
-            |id| self.live_holders(id).into_iter().map(|(n, _)| n).collect(),
+            |ns, id| {
+                self.live_holders(&super::directory_block(ns, *id))
+                    .into_iter()
+                    .map(|(n, _)| n)
+                    .collect()
+            },
         );
         Ok((held.len() as u64, copies))
     }
@@ -105,7 +110,10 @@ impl Cluster {
                 return;
             }
             for c in copies {
-                let made = self.copy_to_peers(c.ns, c.id, c.need, &c.holders).await;
+                let made = self
+                    .copy_to_peers(c.ns, c.id, c.need, &c.holders)
+                    .await
+                    .len();
                 self.drainer
                     .copied
                     .fetch_add(made as u64, Ordering::Relaxed);

@@ -3,8 +3,9 @@
 //!
 //! The Raft membership is the one source of truth for who belongs: it is replicated, it
 //! persists in the log and snapshots, and it changes one step at a time (`reconfig`). The
-//! membership entries carry only the address Raft dials; a member's other addresses (its HTTP
-//! API and block transport) come from this node's `[[cluster.members]]` when the member is
+//! membership entries carry only the address Raft dials (the member's message endpoint: its
+//! block transport's address with QUIC blocks, its `raft` address with UCX); a member's other
+//! addresses (its HTTP API and block transport) come from this node's `[[cluster.members]]` when the member is
 //! listed there, and otherwise are asked of the member itself (`Describe` on the control
 //! channel, authenticated by its certificate) and remembered in [`Learned`]. Until the Raft
 //! membership is known (a fresh member before its first log entry) the configured members
@@ -18,9 +19,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use kvfabric_directory::NodeId as DirNodeId;
+use kvfabric_transport::PeerAddr;
 
-use super::control::{ControlRequest, ControlResponse};
+use super::control::{decode, encode, ControlRequest, ControlResponse};
+use super::net::CONTROL_CHANNEL;
 use super::Cluster;
 use crate::config::Member;
 use crate::ids::NodeId;
@@ -186,8 +188,9 @@ impl Cluster {
 }
 
 impl Cluster {
-    /// One control request to member `id`, reached at `addr` (the Raft endpoint, which carries
-    /// the control channel), within `limit`: the one place membership talks to members.
+    /// One control request to member `id`, reached at `addr` (its message endpoint: what the
+    /// Raft membership records, the block transport's address with QUIC blocks), within
+    /// `limit`: the one place the cluster side asks members things on the control channel.
     pub(crate) async fn control(
         &self,
         id: NodeId,
@@ -195,10 +198,13 @@ impl Cluster {
         req: &ControlRequest,
         limit: Duration,
     ) -> Result<ControlResponse, String> {
-        self.raft_net
-            .control_call(DirNodeId(id.0), addr, req, limit)
+        let peer = PeerAddr::new(format!("node{}", id.0), addr);
+        let answer = self
+            .messenger
+            .call(CONTROL_CHANNEL, &peer, encode(req), limit)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        decode(&answer, "a control answer").map_err(|e| e.to_string())
     }
 }
 

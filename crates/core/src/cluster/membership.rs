@@ -2,7 +2,8 @@
 //! was lost), re-register the blocks it holds under that epoch, renew the lease.
 //!
 //! [`run`] loops for the life of the node. A join or renewal that fails for a transient reason
-//! (no leader yet, a peer unreachable) is retried after [`RETRY_MS`]; a renewal the state
+//! (no leader yet, a peer unreachable, a renewal not committed within its period) is retried
+//! after [`RETRY_MS`]; a renewal the state
 //! machine rejects (the lease expired and the records were purged, or a newer epoch exists)
 //! starts a new incarnation: join again, register again.
 
@@ -94,6 +95,7 @@ pub(crate) async fn run(cluster: Arc<Cluster>) {
             match register_held(&cluster, me, epoch).await {
                 Ok(n) => {
                     tracing::info!(blocks = n, epoch = epoch.0, "held blocks registered");
+                    warm_up(&cluster).await;
                     cluster
                         .incarnation
                         .registered
@@ -112,16 +114,28 @@ pub(crate) async fn run(cluster: Arc<Cluster>) {
                 }
             }
         }
+        // The first renewal right away: the join's lease ran from when it was proposed, and a
+        // join that took an election or two to commit may have little of it left. Each
+        // renewal is bounded by the renewal period, and one that failed is retried after
+        // `RETRY_MS`, not a whole period: a renewal stuck behind a leader that died must not
+        // use up the lease.
+        let renew = cluster.config.lease_renew;
+        let mut wait = Duration::ZERO;
         loop {
-            tokio::time::sleep(cluster.config.lease_renew).await;
-            match cluster.directory.renew_lease(me, epoch).await {
-                Ok(_) => {}
-                Err(DirectoryError::Rejected(r)) => {
+            tokio::time::sleep(wait).await;
+            wait = retry.min(renew);
+            match tokio::time::timeout(renew, cluster.directory.renew_lease(me, epoch)).await {
+                Ok(Ok(_)) => wait = renew,
+                Ok(Err(DirectoryError::Rejected(r))) => {
                     tracing::warn!(reason = ?r, "lease renewal rejected; joining again");
                     ended = Some(epoch);
                     break;
                 }
-                Err(e) => tracing::info!(error = %e, "renewing the lease; will retry"),
+                Ok(Err(e)) => tracing::info!(error = %e, "renewing the lease; will retry"),
+                Err(_) => tracing::info!(
+                    after_ms = renew.as_millis() as u64,
+                    "renewing the lease timed out; will retry"
+                ),
             }
         }
     }
@@ -149,4 +163,32 @@ async fn register_held(
         cluster.directory.update_ownership(batch).await?;
     }
     Ok(held.len())
+}
+
+/// Probes every other member once before the node says it is ready, so that the first put or
+/// get does not pay for dialling (a handshake on a loaded machine can outlast the hedge);
+/// what answers is healthy, what does not is suspected, as after any exchange. Bounded by
+/// the suspicion window: a dead member delays readiness by no more.
+async fn warm_up(cluster: &Arc<Cluster>) {
+    let f = cluster.config.failover;
+    let limit = Duration::from_millis(f.suspect_ms + f.hedge_ms);
+    let probes = cluster
+        .config
+        .members
+        .iter()
+        .filter(|m| m.id != cluster.me)
+        .map(|m| {
+            let peer = super::block_peer(m);
+            let c = cluster.clone();
+            let id = m.id;
+            async move {
+                let probe = c.transport.probe(
+                    &peer,
+                    kvfabric_store::NamespaceKey([0; 32]),
+                    kvfabric_store::BlockId([0; 32]),
+                );
+                let _ = c.attempt(id, &peer, probe).await;
+            }
+        });
+    let _ = tokio::time::timeout(limit, futures_util::future::join_all(probes)).await;
 }

@@ -153,9 +153,10 @@ impl Cluster {
         }
     }
 
-    /// The address the Raft membership records for member `m` (what Raft dials).
-    fn raft_addr(m: &Member) -> SocketAddr {
-        m.raft
+    /// The address the Raft membership records for member `m` (what Raft dials: its message
+    /// endpoint, the block transport's address with QUIC blocks).
+    fn raft_addr(&self, m: &Member) -> SocketAddr {
+        super::message_peer(&self.config, m).addr
     }
 
     /// Adds `m` (running, not yet a member): learner, caught up, voter.
@@ -178,7 +179,7 @@ impl Cluster {
             self.learned.insert(m.clone());
         }
         tracing::info!(node = %id, "adding a member: step 1, a learner");
-        let addr = Self::raft_addr(&m).to_string();
+        let addr = self.raft_addr(&m).to_string();
         self.step(
             "add as a learner",
             deadline,
@@ -296,7 +297,7 @@ impl Cluster {
                 ));
             };
             let r = self
-                .control(id, m.raft, &ControlRequest::Drain, limit)
+                .control(id, self.raft_addr(&m), &ControlRequest::Drain, limit)
                 .await;
             match r {
                 Ok(ControlResponse::Drained {

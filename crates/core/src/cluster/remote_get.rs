@@ -1,8 +1,14 @@
-//! A get that misses locally: the block's owners from this node's directory replica, the live
-//! ones (lease current) tried best first — fastest tier, then lowest id — over the block
-//! transport, verified as the bytes arrive; the copy is installed here and this node
-//! registers itself as an owner. Bounded by [`REMOTE_GET_TIMEOUT_MS`]: with no live owner, or
-//! none answering in time, the caller gets a miss, never a hang.
+//! A get (or head) that misses locally: the block's owners from this node's directory replica,
+//! the live ones ranked ([`crate::decide::owners`]: suspects last, then fastest tier, then
+//! lowest id), tried over the block transport, verified as the bytes arrive; each attempt
+//! bounded by `failover.attempt_ms`, the next owner started beside one silent for
+//! `failover.hedge_ms`, a failed one replaced at once (`attempt`), each outcome fed to peer
+//! health. A fetched copy is installed here and this node registers itself as an owner; a
+//! head asks the owners with a probe and moves nothing.
+//!
+//! The outcome is typed ([`Miss`]): not found only when no live owner is known or every one
+//! asked answered that it holds no copy; unreachable when owners exist but not every one
+//! answered — a 404 for an acknowledged block would be a lie to the engine.
 //!
 //! Namespaces: the directory keys owner records by namespace
 //! ([`super::directory_block`]), so owners are looked up under each namespace the caller may
@@ -10,114 +16,194 @@
 //! id held under another tenant's namespace has no owner under the caller's, and its miss
 //! ends here, before any peer is asked, exactly as for an id nobody holds.
 //!
-//! Every fetch that succeeds is timed (from the request to the verified block, the owners
-//! tried before the one that served it included) into the bandwidth table as a sample of the
-//! link from the serving owner to this node.
+//! Every fetch that succeeds is timed (from its start to the verified block) into the
+//! bandwidth table as a sample of the link from the serving owner to this node.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use kvfabric_directory::ReadConsistency;
 use kvfabric_store::{BlockId, NamespaceKey, Tier, VerifiedBlock};
-use kvfabric_transport::PeerAddr;
+use kvfabric_transport::{PeerAddr, TransportError};
 
-use super::Cluster;
-use crate::decide::owners::rank_owners;
+use super::{attempt, Cluster};
+use crate::decide::owners::{rank_owners, verdict, Verdict};
 use crate::ids::NodeId;
 
-/// Bound on one remote get (every owner and namespace tried).
-pub(crate) const REMOTE_GET_TIMEOUT_MS: u64 = 10_000;
 /// Bound on registering the fetched copy (the get is served either way).
 const REGISTER_TIMEOUT_MS: u64 = 5_000;
 
-/// A block fetched from a peer and now held here.
+/// A block fetched from a peer.
 pub(crate) struct RemoteHit {
     /// The verified block.
     pub(crate) block: VerifiedBlock,
-    /// The tier it was installed in here.
+    /// The tier it was installed in here (its owner's, when it could not be installed).
     pub(crate) tier: Tier,
     /// The owner that served it.
     pub(crate) source: NodeId,
 }
 
+/// A block a peer holds, as a probe found it.
+pub(crate) struct RemoteHead {
+    /// The owner that answered.
+    pub(crate) source: NodeId,
+    /// The tier its owner record names.
+    pub(crate) tier: Tier,
+    /// The block's stored length (header ‖ payload).
+    pub(crate) stored_len: u64,
+}
+
+/// Why no owner served a read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Miss {
+    /// No live owner is known, or every one asked holds no copy.
+    NotFound,
+    /// Owners exist, but these did not answer (or answered unusably).
+    Unreachable(Vec<NodeId>),
+}
+
 impl Cluster {
-    /// Live owners of `(ns, id)` other than this node, best first, as transport peers.
-    fn live_owners(&self, ns: &NamespaceKey, id: BlockId) -> Vec<(PeerAddr, NodeId)> {
-        let key = super::directory_block(ns, id);
+    /// Live owners of `(ns, id)` other than this node, ranked, with the tier each holds it in.
+    fn ranked_owners(&self, ns: &NamespaceKey, id: &BlockId) -> Vec<(NodeId, Tier)> {
+        let key = super::directory_block(ns, *id);
         let owners = self.directory.view().read(|s| s.owners(&key));
         let now_ms = self.clock.now_ms();
-        rank_owners(self.me, &owners, |n| self.is_live(n, now_ms))
-            .into_iter()
-            .filter_map(|n| {
-                let m = self.member(n)?;
-                Some((PeerAddr::new(m.cert_name(), m.transport), n))
-            })
-            .collect()
+        rank_owners(
+            self.me,
+            &owners,
+            |n| self.is_live(n, now_ms),
+            |n| self.health.is_suspect(n),
+        )
+    }
+
+    /// Runs `exchange(peer, ns)` over `id`'s ranked owners under each namespace of `read`
+    /// (the owners recorded under that namespace: another tenant's are never asked) until one
+    /// succeeds; the winner with the namespace it served under, or the verdict.
+    async fn from_owners<T, F, Fut>(
+        self: &Arc<Self>,
+        read: &[NamespaceKey],
+        id: BlockId,
+        exchange: F,
+    ) -> Result<(NodeId, Tier, NamespaceKey, T), Miss>
+    where
+        T: Send + 'static,
+        F: Fn(Arc<Cluster>, PeerAddr, NamespaceKey) -> Fut + Copy + Send + 'static,
+        Fut: std::future::Future<Output = Result<T, TransportError>> + Send + 'static,
+    {
+        // Every namespace's owners first: with none under any of the caller's namespaces the
+        // miss ends here, before any peer is asked, whatever other tenants hold.
+        let by_ns: Vec<_> = read
+            .iter()
+            .map(|ns| (*ns, self.ranked_owners(ns, &id)))
+            .filter(|(_, owners)| !owners.is_empty())
+            .collect();
+        if by_ns.is_empty() {
+            return Err(Miss::NotFound);
+        }
+        let hedge = Duration::from_millis(self.config.failover.hedge_ms);
+        let mut unreachable: Vec<NodeId> = Vec::new();
+        for (ns, owners) in by_ns {
+            let attempt_one = |(n, tier): (NodeId, Tier)| {
+                let cluster = self.clone();
+                async move {
+                    let m = cluster.member(n).ok_or(TransportError::NoOwners { id })?;
+                    let peer = super::block_peer(&m);
+                    let work = exchange(cluster.clone(), peer.clone(), ns);
+                    let r = cluster.attempt(n, &peer, work).await;
+                    r.map(|t| (tier, t))
+                }
+            };
+            let g = attempt::until(owners.clone(), 1, hedge, attempt_one).await;
+            self.check_abandoned(g.abandoned.iter().map(|(n, _)| *n).collect());
+            if let Some(((n, _), (tier, t))) = g.won.into_iter().next() {
+                return Ok((n, tier, ns, t));
+            }
+            let not_found = g
+                .failed
+                .iter()
+                .filter(|(_, e)| matches!(e, TransportError::NotFound { .. }))
+                .count();
+            if verdict(g.tried, not_found) == Verdict::Unreachable {
+                for ((n, _), e) in &g.failed {
+                    if !matches!(e, TransportError::NotFound { .. }) && !unreachable.contains(n) {
+                        tracing::warn!(owner = %n, block = %id, error = %e, "an owner did not serve");
+                        unreachable.push(*n);
+                    }
+                }
+            }
+        }
+        if unreachable.is_empty() {
+            Err(Miss::NotFound)
+        } else {
+            Err(Miss::Unreachable(unreachable))
+        }
     }
 
     /// Fetches `id` from its live owners under the first namespace of `read` that has it,
-    /// installs and registers it. `None`: no live owner served it within the bound.
+    /// installs and registers it.
     pub(crate) async fn fetch_remote(
-        &self,
+        self: &Arc<Self>,
         read: &[NamespaceKey],
         id: BlockId,
-    ) -> Option<RemoteHit> {
-        // The directory keys owners by namespace: only the caller's namespaces are asked
-        // about, so another tenant's id finds no owner here, exactly like an absent one, and
-        // no peer is ever asked for it.
-        let by_ns: Vec<_> = read
-            .iter()
-            .map(|ns| (*ns, self.live_owners(ns, id)))
-            .collect();
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(REMOTE_GET_TIMEOUT_MS);
-        let mut fetched = None;
-        for (ns, owners) in &by_ns {
-            if owners.is_empty() {
-                continue;
-            }
-            let peers: Vec<PeerAddr> = owners.iter().map(|(p, _)| p.clone()).collect();
-            let started = std::time::Instant::now();
-            let attempt = self.transport.fetch_from_owners(&peers, *ns, id);
-            match tokio::time::timeout_at(deadline, attempt).await {
-                Ok(Ok(f)) => {
-                    let source = owners.get(f.owner_index).map(|(_, n)| *n);
-                    fetched = Some((f, source, *ns, started.elapsed()));
-                    break;
-                }
-                Ok(Err(e)) => {
-                    tracing::debug!(block = %id, error = %e, "no owner served it in this namespace")
-                }
-                Err(_) => {
-                    tracing::warn!(block = %id, "remote get timed out");
-                    return None;
-                }
-            }
-        }
-        let (f, source, ns, elapsed) = fetched?;
-        let source = source?;
+    ) -> Result<RemoteHit, Miss> {
+        let fetch = move |c: Arc<Cluster>, peer: PeerAddr, ns: NamespaceKey| async move {
+            let started = Instant::now();
+            let b = c.transport.fetch(&peer, ns, id).await?;
+            Ok((b, started.elapsed()))
+        };
+        let (source, owner_tier, ns, (block, elapsed)) = self.from_owners(read, id, fetch).await?;
         self.bandwidth
-            .record(source, f.block.bytes().len() as u64, elapsed);
-        let engine = crate::events::poll::peer_engine(self, source, f.block.namespace(), id).await;
-        let tier = match self.local.install_with(&f.block, engine) {
+            .record(source, block.bytes().len() as u64, elapsed);
+        let engine = crate::events::poll::peer_engine(self, source, block.namespace(), id).await;
+        let tier = match self.local.install_with(&block, engine) {
             Ok(t) => t,
             Err(e) => {
+                // Verified bytes are served whether or not this node keeps a copy.
                 tracing::warn!(block = %id, error = %e, "installing a fetched block failed");
-                return None;
+                return Ok(RemoteHit {
+                    block,
+                    tier: owner_tier,
+                    source,
+                });
             }
         };
         if let Some(b) = self.incarnation.batcher() {
-            let claim = b.claim(super::directory_block(&ns, id), tier, None);
-            match tokio::time::timeout(Duration::from_millis(REGISTER_TIMEOUT_MS), claim).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(block = %id, error = %e, "registering a fetched copy failed")
+            // Registered in the background: the verified bytes are served now, whether or not
+            // the directory has a leader at this moment (after a leader's loss it may not).
+            tokio::spawn(async move {
+                let claim = b.claim(super::directory_block(&ns, id), tier, None);
+                match tokio::time::timeout(Duration::from_millis(REGISTER_TIMEOUT_MS), claim).await
+                {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(block = %id, error = %e, "registering a fetched copy failed")
+                    }
+                    Err(_) => tracing::warn!(block = %id, "registering a fetched copy timed out"),
                 }
-                Err(_) => tracing::warn!(block = %id, "registering a fetched copy timed out"),
-            }
+            });
         }
-        Some(RemoteHit {
-            block: f.block,
+        Ok(RemoteHit {
+            block,
             tier,
             source,
+        })
+    }
+
+    /// Asks `id`'s live owners, under each namespace of `read`, whether they hold it — what a
+    /// get would find, without moving it.
+    pub(crate) async fn probe_remote(
+        self: &Arc<Self>,
+        read: &[NamespaceKey],
+        id: BlockId,
+    ) -> Result<RemoteHead, Miss> {
+        let probe = move |c: Arc<Cluster>, peer: PeerAddr, ns: NamespaceKey| async move {
+            c.transport.probe(&peer, ns, id).await
+        };
+        let (source, tier, _, stored_len) = self.from_owners(read, id, probe).await?;
+        Ok(RemoteHead {
+            source,
+            tier,
+            stored_len,
         })
     }
 

@@ -78,7 +78,10 @@ pub(crate) async fn run(cluster: Arc<Cluster>) {
         c.under_replicated
             .store(p.under.len() as u64, Ordering::Relaxed);
         for r in &p.repairs {
-            let made = cluster.copy_to_peers(r.ns, r.id, r.need, &r.live).await;
+            let made = cluster
+                .copy_to_peers(r.ns, r.id, r.need, &r.live)
+                .await
+                .len();
             tracing::info!(block = %r.id, need = r.need, made, "re-replicated an under-replicated block");
             c.copies_made.fetch_add(made as u64, Ordering::Relaxed);
             c.copies_missing

@@ -1,22 +1,27 @@
-//! Replication of a put: the node that sealed a block asks `replication − 1` other members to
-//! take verified copies, and the put is acknowledged with the number of copies that exist.
+//! Replication of a put: the node that sealed a block pushes it to `replication − 1` other
+//! members, and the put is acknowledged with the number of copies that exist.
 //!
 //! Peers are chosen deterministically among the voters whose lease is current, in the
-//! rendezvous order of [`crate::decide::placement`] (learners, joining or leaving, take no
-//! new copies; a put a learner takes itself waits for `replication` copies on voters). A peer that fails is replaced by the next in
-//! that order. Each peer (`control_server`, behind the control channel) fetches the block from
-//! the sealing node over the block transport (verified as it arrives), installs it,
-//! registers itself as an owner under its epoch, and only then answers. The whole wait is
-//! bounded by [`REPLICATE_TIMEOUT_MS`]; copies that did not answer by then are not counted.
+//! rendezvous order of [`crate::decide::placement`], members this node suspects dead last
+//! (learners, joining or leaving, take no new copies; a put a learner takes itself waits for
+//! `replication` copies on voters). A peer that fails is replaced by the next in that order
+//! at once, one that is silent until it is suspected (`failover.suspect_ms`, never sooner
+//! than `failover.hedge_ms`) gets the next beside it, and each push is bounded by
+//! `failover.attempt_ms`. Pushes are hedged later than reads: a push answers only once the
+//! copy is installed and registered (a directory commit), which under load often takes longer
+//! than `hedge_ms`, and a spare push that lands is an extra copy, where a spare read costs
+//! only the bytes. Each push is one round trip on the block transport: the peer receives the
+//! bytes through the same streaming receiver as a fetch (hashed as they land, refused if they
+//! do not match the id), installs the copy, registers itself as an owner under its epoch
+//! (`source`), and only then answers. The whole wait is bounded by [`REPLICATE_TIMEOUT_MS`];
+//! copies that did not answer by then are not counted.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use kvfabric_directory::NodeId as DirNodeId;
 use kvfabric_store::{BlockId, NamespaceKey};
-use tokio::task::JoinSet;
 
-use super::control::{ControlRequest, ControlResponse};
-use super::Cluster;
+use super::{attempt, Cluster};
 use crate::config::Member;
 use crate::decide::placement::replica_order;
 
@@ -24,98 +29,122 @@ use crate::decide::placement::replica_order;
 pub(crate) const REPLICATE_TIMEOUT_MS: u64 = 15_000;
 
 /// What a put's replication achieved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Replicas {
     /// Verified copies that exist, this node's included.
     pub(crate) have: u32,
     /// Copies asked for (the replication factor).
     pub(crate) want: u32,
+    /// The members that answered `Stored` (this node not included).
+    pub(crate) holders: Vec<crate::ids::NodeId>,
 }
 
 impl Cluster {
-    /// The voters other than this one whose lease is current, best peer for `id` first
-    /// (learners take no new copies: they are joining, or leaving).
+    /// The voters other than this one whose lease is current, best target for `id` first:
+    /// those this node does not suspect, then the suspects (a last resort). Learners take no
+    /// new copies: they are joining, or leaving.
     fn replica_order(&self, id: &BlockId) -> Vec<Member> {
         let now_ms = self.clock.now_ms();
         let ids = self.voters();
-        replica_order(id, self.me, &ids, |m| self.is_live(m, now_ms))
+        let live = |m| self.is_live(m, now_ms);
+        let suspect = |m| self.health.is_suspect(m);
+        let trusted = replica_order(id, self.me, &ids, |m| live(m) && !suspect(m));
+        let suspects = replica_order(id, self.me, &ids, |m| live(m) && suspect(m));
+        trusted
             .into_iter()
+            .chain(suspects)
             .filter_map(|m| self.member(m))
             .collect()
     }
 
-    /// Asks peers for copies of `(ns, id)` until `replication − 1` answered with a verified,
+    /// Pushes copies of `(ns, id)` until `replication − 1` answered with a verified,
     /// registered copy, the candidates ran out, or [`REPLICATE_TIMEOUT_MS`] passed.
-    pub(crate) async fn replicate(&self, ns: NamespaceKey, id: BlockId) -> Replicas {
+    pub(crate) async fn replicate(self: &Arc<Self>, ns: NamespaceKey, id: BlockId) -> Replicas {
         let want = self.config.replication;
         #[cfg(feature = "planted-bugs")]
         if kvfabric_transport::planted::active("early-ack") {
             // Planted bug (chaos harness): acknowledge every copy before any exists.
-            return Replicas { have: want, want };
+            // It names the members a put would have copied to, as an honest one would.
+            let need = want.saturating_sub(1) as usize;
+            let holders = self.replica_order(&id).into_iter().take(need).map(|m| m.id);
+            return Replicas {
+                have: want,
+                want,
+                holders: holders.collect(),
+            };
         }
         // A learner's own copy does not count: it is joining or leaving, and a leaving
         // member's copy goes with it.
         let mine = u32::from(self.voters().contains(&self.me));
         let need = want.saturating_sub(mine) as usize;
-        let copies = self.copy_to_peers(ns, id, need, &[]).await;
+        let holders = self.copy_to_peers(ns, id, need, &[]).await;
         Replicas {
-            have: mine + copies as u32,
+            have: mine + holders.len() as u32,
             want,
+            holders,
         }
     }
 
-    /// Asks live peers other than `exclude`, best first for `id`, for verified copies of
-    /// `(ns, id)` taken from this node, until `need` answered, the candidates ran out, or
-    /// [`REPLICATE_TIMEOUT_MS`] passed; returns the copies made.
+    /// Pushes verified copies of `(ns, id)`, read from this node's store, to live members
+    /// other than `exclude`, in [`Cluster::replica_order`], until `need` answered `Stored`, the
+    /// candidates ran out, or [`REPLICATE_TIMEOUT_MS`] passed; returns the members that took a
+    /// copy. Each
+    /// push is bounded by `failover.attempt_ms`; one that fails is replaced at once, one
+    /// silent until suspected gets company (`attempt`); each outcome feeds peer
+    /// health, so a member that did not answer is left out of the next put's placement.
     pub(crate) async fn copy_to_peers(
-        &self,
+        self: &Arc<Self>,
         ns: NamespaceKey,
         id: BlockId,
         need: usize,
         exclude: &[crate::ids::NodeId],
-    ) -> usize {
-        let mut candidates = self
+    ) -> Vec<crate::ids::NodeId> {
+        if need == 0 {
+            return Vec::new();
+        }
+        let block = match self.local.get(&[ns], &id) {
+            Ok(Some((b, _))) => Arc::new(b),
+            Ok(None) => {
+                tracing::warn!(block = %id, "no local copy to replicate (deleted meanwhile)");
+                return Vec::new();
+            }
+            Err(e) => {
+                tracing::warn!(block = %id, error = %e, "reading the block to replicate");
+                return Vec::new();
+            }
+        };
+        let candidates: Vec<Member> = self
             .replica_order(&id)
             .into_iter()
-            .filter(|m| !exclude.contains(&m.id));
-        let mut calls = JoinSet::new();
-        let limit = Duration::from_millis(REPLICATE_TIMEOUT_MS);
-        let deadline = tokio::time::Instant::now() + limit;
-        let req = ControlRequest::Replicate {
-            from: self.me.0,
-            namespace: ns,
-            block: id,
-        };
-        let mut copies = 0usize;
-        let spawn = |calls: &mut JoinSet<_>, m: Member| {
-            let net = self.raft_net.clone();
-            let req = req.clone();
-            calls.spawn(async move {
-                let r = net
-                    .control_call(DirNodeId(m.id.0), m.raft, &req, limit)
+            .filter(|m| !exclude.contains(&m.id))
+            .collect();
+        let f = self.config.failover;
+        let hedge = Duration::from_millis(f.hedge_ms.max(f.suspect_ms));
+        let push = |m: Member| {
+            let (cluster, block) = (self.clone(), block.clone());
+            async move {
+                let peer = super::block_peer(&m);
+                let r = cluster
+                    .attempt(m.id, &peer, cluster.transport.push(&peer, &block))
                     .await;
-                (m.id, r)
-            });
-        };
-        for m in candidates.by_ref().take(need) {
-            spawn(&mut calls, m);
-        }
-        while copies < need {
-            let next = tokio::time::timeout_at(deadline, calls.join_next()).await;
-            let Ok(Some(joined)) = next else { break };
-            match joined {
-                Ok((_, Ok(ControlResponse::Replicated { .. }))) => copies += 1,
-                Ok((peer, outcome)) => {
-                    tracing::warn!(%peer, block = %id, ?outcome, "a replica was not taken; trying the next member");
-                    if let Some(m) = candidates.next() {
-                        spawn(&mut calls, m);
-                    }
+                if let Err(error) = &r {
+                    tracing::warn!(peer = %m.id, block = %id, %error, "a copy was not taken");
                 }
-                Err(e) => tracing::error!(error = %e, "a replication task failed"),
+                r
+            }
+        };
+        let gathered = attempt::until(candidates, need, hedge, push);
+        let limit = Duration::from_millis(REPLICATE_TIMEOUT_MS);
+        match tokio::time::timeout(limit, gathered).await {
+            Ok(g) => {
+                self.check_abandoned(g.abandoned.iter().map(|m| m.id).collect());
+                g.won.into_iter().map(|(m, ())| m.id).collect()
+            }
+            Err(_) => {
+                tracing::warn!(block = %id, "replication ran past its bound");
+                Vec::new()
             }
         }
-        calls.abort_all();
-        copies
     }
 }
 

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 
-use super::control::{ControlRequest, ControlResponse, TierUsageView};
+use super::control::{decode, encode, ControlRequest, ControlResponse, TierUsageView};
+use super::net::CONTROL_CHANNEL;
 
 /// Bound on asking one member for its tiers.
 pub const PEER_USAGE_TIMEOUT_MS: u64 = 1_000;
@@ -108,6 +109,9 @@ pub struct ClusterMetrics {
     pub repair: [u64; 4],
     /// Tier moves recorded in the directory, failed, and seen before joining.
     pub tier_moves: [u64; 3],
+    /// Peer health: members suspected now, times one became a suspect, times a suspect
+    /// answered again, probes sent.
+    pub health: [u64; 4],
 }
 
 impl Cluster {
@@ -128,24 +132,26 @@ impl Cluster {
             if m.id == self.me || !self.is_live(m.id, now_ms) {
                 continue;
             }
-            let (net, id, addr) = (self.raft_net.clone(), m.id, m.raft);
+            let Some(peer) = self.message_peer(m.id) else {
+                continue;
+            };
+            let (messenger, id) = (self.messenger.clone(), m.id);
             calls.spawn(async move {
-                let r = net
-                    .control_call(DirNodeId(id.0), addr, &ControlRequest::Usage, limit)
-                    .await;
-                (id, r)
+                let request = encode(&ControlRequest::Usage);
+                let answer = messenger.call(CONTROL_CHANNEL, &peer, request, limit).await;
+                (id, answer)
             });
         }
         let mut out = HashMap::new();
         while let Some(joined) = calls.join_next().await {
-            if let Ok((
-                id,
-                Ok(ControlResponse::Usage {
-                    tiers,
-                    inbound,
-                    stats,
-                }),
-            )) = joined
+            let Ok((id, Ok(bytes))) = joined else {
+                continue;
+            };
+            if let Ok(ControlResponse::Usage {
+                tiers,
+                inbound,
+                stats,
+            }) = decode(&bytes, "a usage answer")
             {
                 self.bandwidth
                     .update_peer(id, inbound, std::time::Instant::now());
@@ -209,7 +215,7 @@ impl Cluster {
         let members = self.members();
         let m = self.directory.metrics();
         let now_ms = self.clock.now_ms();
-        let c = self.raft_net.counters();
+        let c = &self.raft_counters;
         ClusterMetrics {
             term: m.current_term,
             is_leader: m.current_leader == Some(DirNodeId(self.me.0)),
@@ -230,6 +236,12 @@ impl Cluster {
                 self.repair.under_replicated.load(Ordering::Relaxed),
                 self.repair.copies_made.load(Ordering::Relaxed),
                 self.repair.copies_missing.load(Ordering::Relaxed),
+            ],
+            health: [
+                self.health.suspects().len() as u64,
+                self.health.counters.suspected.load(Ordering::Relaxed),
+                self.health.counters.cleared.load(Ordering::Relaxed),
+                self.health.counters.probes.load(Ordering::Relaxed),
             ],
             tier_moves: [
                 self.tier_sync.recorded.load(Ordering::Relaxed),

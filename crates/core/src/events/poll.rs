@@ -107,13 +107,13 @@ pub(crate) async fn peer_engine(
     ns: kvfabric_store::NamespaceKey,
     id: kvfabric_store::BlockId,
 ) -> Option<Arc<super::EngineBlock>> {
-    let addr = cluster.config.member(node)?.raft;
+    let addr = cluster.message_peer(node)?.addr;
     let req = ControlRequest::BlockInfo {
         namespace: ns,
         block: id,
     };
     let limit = Duration::from_millis(BLOCK_INFO_TIMEOUT_MS);
-    match cluster.raft_net.control_call(node, addr, &req, limit).await {
+    match cluster.control(node, addr, &req, limit).await {
         Ok(ControlResponse::BlockInfo { info }) => info.and_then(|i| i.engine),
         Ok(_) => None,
         Err(e) => {
@@ -198,7 +198,7 @@ pub(crate) fn spawn(
         .members
         .iter()
         .filter(|m| m.id != cluster.me)
-        .map(|m| (m.id, m.raft))
+        .map(|m| (m.id, crate::cluster::message_peer(&cluster.config, m).addr))
         .collect();
     members
         .into_iter()
@@ -217,7 +217,7 @@ pub(crate) fn spawn(
                         first,
                     };
                     let limit = Duration::from_millis(POLL_TIMEOUT_MS);
-                    let more = match cluster.raft_net.control_call(node, addr, &req, limit).await {
+                    let more = match cluster.control(node, addr, &req, limit).await {
                         Ok(ControlResponse::Events(reply)) => {
                             apply(&feed, node, reply, &mut partial)
                         }
@@ -275,7 +275,7 @@ mod tests {
             let reply = serve(&log, epoch, since, first);
             let bytes = serde_json::to_vec(&reply).unwrap().len();
             assert!(
-                bytes < crate::cluster::control::CONTROL_FRAME_BYTES_MAX as usize,
+                bytes < crate::cluster::net::CONTROL_CHANNEL.message_bytes_max as usize,
                 "{bytes}"
             );
             polls += 1;

@@ -120,6 +120,24 @@ impl Fabric {
         })
     }
 
+    /// A member's fabric over a cluster side assembled by the caller (deterministic tests).
+    pub(crate) fn over(parts: FabricParts, cluster: Arc<Cluster>) -> Fabric {
+        cluster.run_membership();
+        crate::events::node_down::spawn(cluster.clone(), parts.events.clone());
+        if let Some(feed) = &parts.feed {
+            crate::events::poll::spawn(cluster.clone(), feed.clone(), parts.events.closed());
+        }
+        Fabric {
+            me: parts.me,
+            api: parts.api,
+            catalog: parts.catalog,
+            route: parts.route,
+            local: parts.local,
+            cluster: Some(cluster),
+            arenas: Mutex::new(ArenaTable::new(parts.arenas)),
+        }
+    }
+
     /// This node.
     pub fn me(&self) -> NodeId {
         self.me
@@ -128,6 +146,24 @@ impl Fabric {
     /// The presets it accepts.
     pub fn catalog(&self) -> &Catalog {
         &self.catalog
+    }
+
+    /// The cluster side, on a member.
+    pub(crate) fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.cluster.as_ref()
+    }
+
+    /// The leader this member knows of (standalone: none).
+    pub fn leader(&self) -> Option<NodeId> {
+        self.cluster.as_ref()?.directory.current_leader()
+    }
+
+    /// The members this node suspects dead now (standalone: none).
+    pub fn suspects(&self) -> Vec<NodeId> {
+        self.cluster
+            .as_ref()
+            .map(|c| c.health.suspects())
+            .unwrap_or_default()
     }
 
     /// Whether it is a cluster member.

@@ -20,7 +20,7 @@ use kvfabric_store::{BlockId, ByteCount, Dedup, NamespaceKey, PutForm, Tier};
 use super::Fabric;
 use crate::error::FabricError;
 use crate::events::{BlockInfo, EngineBlock};
-use crate::ids::ChunkKey;
+use crate::ids::{ChunkKey, NodeId};
 use crate::local::{PutError, PutSession};
 use crate::presets::Model;
 
@@ -52,7 +52,7 @@ pub struct PutRequest<'a> {
 }
 
 /// An acknowledged put.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct PutDone {
     /// Content id.
     pub id: BlockId,
@@ -64,6 +64,8 @@ pub struct PutDone {
     pub tier: Tier,
     /// Verified copies on distinct nodes, this one's included.
     pub replicas: u32,
+    /// The nodes that acknowledged holding a verified copy, this one first.
+    pub holders: Vec<NodeId>,
     /// Which of this node's blocks under `id` it is (0 unless a dedup collision made it
     /// another block: read it with this variant; see [`Fabric::get_variant`]).
     pub variant: u32,
@@ -87,10 +89,10 @@ impl<E> From<FabricError> for PutFailure<E> {
 impl Fabric {
     /// Receives `body` into a reservation for one block of `req.model`, seals it under
     /// `req.ns`, holds it and records its chunk keys; on a cluster member, claims it in the
-    /// directory (one claim per chunk key, in flight together) and waits for `replication`
-    /// verified copies on distinct members. A body of the wrong length is
-    /// [`FabricError::PayloadLength`] (with the bytes seen so far); the rest of such a body is
-    /// left unread for the caller.
+    /// directory (one claim per chunk key, in flight together) while pushing copies, and
+    /// acknowledges once both the claim committed and `replication` verified copies exist on
+    /// distinct members. A body of the wrong length is [`FabricError::PayloadLength`] (with
+    /// the bytes seen so far); the rest of such a body is left unread for the caller.
     pub async fn put<B: PutBody>(
         &self,
         req: PutRequest<'_>,
@@ -122,16 +124,19 @@ impl Fabric {
             Err(PutError::Local(e)) => return Err(FabricError::from(e).into()),
         };
         tracing::debug!(block = %sealed.id, model = %g.name, dedup = sealed.dedup.name(), "sealed");
-        let replicas = match &self.cluster {
+        let (replicas, holders) = match &self.cluster {
             // A later variant is this node's alone: the directory and a peer's copy name a
             // block by id, which reads as variant 0 (other bytes).
-            None => REPLICAS_LOCAL,
-            Some(_) if sealed.variant > 0 => REPLICAS_LOCAL,
+            None => (REPLICAS_LOCAL, vec![self.me]),
+            Some(_) if sealed.variant > 0 => (REPLICAS_LOCAL, vec![self.me]),
             Some(cluster) => {
-                cluster
-                    .claim_put(req.ns, sealed.id, sealed.tier, &req.chunk_keys)
-                    .await?;
-                let r = cluster.replicate(req.ns, sealed.id).await;
+                // The claim and the copies in flight together: after a leader's loss both
+                // wait for the next election, once, not one after the other.
+                let (claimed, r) = tokio::join!(
+                    cluster.claim_put(req.ns, sealed.id, sealed.tier, &req.chunk_keys),
+                    cluster.replicate(req.ns, sealed.id)
+                );
+                claimed?;
                 if r.have < r.want {
                     return Err(FabricError::ReplicationIncomplete {
                         block: sealed.id,
@@ -140,7 +145,8 @@ impl Fabric {
                     }
                     .into());
                 }
-                r.have
+                let holders = std::iter::once(self.me).chain(r.holders).collect();
+                (r.have, holders)
             }
         };
         Ok(PutDone {
@@ -149,6 +155,7 @@ impl Fabric {
             bytes: sealed.bytes,
             tier: sealed.tier,
             replicas,
+            holders,
             variant: sealed.variant,
         })
     }

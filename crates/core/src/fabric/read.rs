@@ -6,9 +6,11 @@
 //! same path to the same [`FabricError::NotFound`].
 //!
 //! On a cluster member a get that misses locally fetches the block from its live owners,
-//! installs it and serves it, naming the owner that served it; a head answers from this
-//! node's tiers only; a delete that drops the node's reference also releases its ownership
-//! record in the directory.
+//! installs it and serves it, naming the owner that served it; a head answers as a get would
+//! (this node's copy, else an owner's answer to a probe, naming it), without moving bytes;
+//! both say not found only when no live owner is known (or every one said it holds none),
+//! and owners unreachable when owners exist but none served. A delete that drops the node's
+//! reference also releases its ownership record in the directory.
 
 use bytes::Bytes;
 use kvfabric_store::block::BlockHeader;
@@ -16,6 +18,7 @@ use kvfabric_store::rope::{rotate_block, Direction};
 use kvfabric_store::{BlockId, NamespaceKey, Tier, VerifiedBlock, HEADER_LEN};
 
 use super::Fabric;
+use crate::cluster::remote_get::Miss;
 use crate::error::FabricError;
 use crate::ids::NodeId;
 use crate::local::Deleted;
@@ -36,10 +39,20 @@ pub struct Served {
 /// What [`Fabric::head`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Head {
-    /// The tier it sits in.
+    /// The tier it sits in (on its source).
     pub tier: Tier,
     /// Its payload length.
     pub payload_len: u64,
+    /// The owner that answered; `None` when this node holds it.
+    pub source: Option<NodeId>,
+}
+
+/// A read no owner served, as the caller is told.
+fn missed(id: BlockId, m: Miss) -> FabricError {
+    match m {
+        Miss::NotFound => FabricError::NotFound,
+        Miss::Unreachable(owners) => FabricError::OwnersUnreachable { block: id, owners },
+    }
 }
 
 impl Fabric {
@@ -54,14 +67,16 @@ impl Fabric {
         let (block, tier, source) = match self.local.get(read, &id)? {
             Some((block, tier)) => (block, tier, None),
             None => {
-                let remote = match &self.cluster {
-                    Some(c) => c.fetch_remote(read, id).await,
-                    None => None,
-                };
-                let Some(hit) = remote else {
+                let Some(c) = &self.cluster else {
                     self.local.count_not_found();
                     return Err(FabricError::NotFound);
                 };
+                let hit = c.fetch_remote(read, id).await.map_err(|m| {
+                    if matches!(m, Miss::NotFound) {
+                        self.local.count_not_found();
+                    }
+                    missed(id, m)
+                })?;
                 (hit.block, hit.tier, Some(hit.source))
             }
         };
@@ -98,10 +113,27 @@ impl Fabric {
         })
     }
 
-    /// Where `id` sits in this node's tiers and its payload length, without reading it.
-    pub fn head(&self, read: &[NamespaceKey], id: BlockId) -> Result<Head, FabricError> {
-        let (tier, payload_len) = self.local.head(read, &id)?.ok_or(FabricError::NotFound)?;
-        Ok(Head { tier, payload_len })
+    /// What a get of `id` would find, without reading or moving it: this node's copy (its
+    /// tier and payload length), else, on a cluster member, an owner's answer to a probe
+    /// (its tier, the length it reports); the same not-found and unreachable verdicts as a
+    /// get.
+    pub async fn head(&self, read: &[NamespaceKey], id: BlockId) -> Result<Head, FabricError> {
+        if let Some((tier, payload_len)) = self.local.head(read, &id)? {
+            return Ok(Head {
+                tier,
+                payload_len,
+                source: None,
+            });
+        }
+        let Some(c) = &self.cluster else {
+            return Err(FabricError::NotFound);
+        };
+        let h = c.probe_remote(read, id).await.map_err(|m| missed(id, m))?;
+        Ok(Head {
+            tier: h.tier,
+            payload_len: h.stored_len.saturating_sub(HEADER_LEN as u64),
+            source: Some(h.source),
+        })
     }
 
     /// Drops this node's reference on `id` under the first of `own` (the caller's namespace

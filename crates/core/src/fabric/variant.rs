@@ -47,6 +47,10 @@ impl Fabric {
             .local
             .head_variant(read, &id, variant)?
             .ok_or(FabricError::NotFound)?;
-        Ok(Head { tier, payload_len })
+        Ok(Head {
+            tier,
+            payload_len,
+            source: None,
+        })
     }
 }

@@ -75,3 +75,53 @@ async fn leader_killed_new_leader_commits() -> anyhow::Result<()> {
     c.shutdown().await?;
     Ok(())
 }
+
+/// A write forwarded to a leader that then stops answering is not held for the RPC timeout:
+/// the forward is abandoned as soon as the follower sees the leadership move, and the write
+/// commits through the new leader (here the RPC timeout is longer than the write timeout, so
+/// waiting it out would fail the write).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_to_a_silent_leader_moves_with_the_leadership() -> anyhow::Result<()> {
+    init_tracing();
+    let config = kvfabric_directory::DirectoryConfig {
+        rpc_timeout_ms: 600_000,
+        write_timeout_ms: 60_000,
+        ..kvfabric_directory::testing::TestCluster::test_config()
+    };
+    let (_dir, c) = start(&[1, 2, 3], config).await?;
+    let all = ids(&[1, 2, 3]);
+    let old = c.wait_for_leader(&all, LIMIT).await?;
+    let epoch = c.member(old).join(NodeId(10)).await?;
+    let follower = *all.iter().find(|n| **n != old).expect("a follower");
+
+    tracing::info!(%old, %follower, "--- phase 1: the follower's requests to the leader hang");
+    c.router().set_delay_ms(follower, old, 600_000);
+    let member = c.member(follower);
+    let write = tokio::spawn(async move {
+        member
+            .update_ownership(OwnershipBatch::claim(
+                NodeId(10),
+                epoch,
+                vec![(block(3), Tier::Host)],
+                vec![(chunk(3), block(3))],
+            ))
+            .await
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+
+    tracing::info!("--- phase 2: the leader falls silent; the others elect a new one");
+    c.router().isolate(old);
+    let survivors: Vec<NodeId> = all.iter().copied().filter(|n| *n != old).collect();
+    let new = c.wait_for_leader(&survivors, LIMIT).await?;
+    assert_ne!(new, old);
+
+    tracing::info!(%new, "--- phase 3: the write commits through the new leader");
+    let committed = write.await??;
+    assert!(committed.log_index > 0);
+    let got = c
+        .member(new)
+        .resolve(&chunk(3), ReadConsistency::Linearizable)
+        .await?;
+    assert_eq!(got, Some(block(3)));
+    Ok(())
+}

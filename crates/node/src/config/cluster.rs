@@ -22,8 +22,18 @@
 //! batch_delay_ms_max = 5            # optional: longest records gather while the pipeline is full
 //! batch_inflight_max = 4            # optional: ownership entries pipelined per node
 //! heartbeat_interval_ms = 100       # optional, Raft
-//! election_timeout_min_ms = 500     # optional, Raft
-//! election_timeout_max_ms = 1000    # optional, Raft
+//! election_timeout_min_ms = 200     # optional, Raft
+//! election_timeout_max_ms = 350     # optional, Raft
+//! rpc_timeout_ms = 1000             # optional, Raft: one RPC
+//! attempt_ms = 2000                 # optional: bound on one push, fetch or probe of one
+//!                                   # peer (at most transport.fetch_timeout_ms)
+//! suspect_ms = 400                  # optional: a peer silent this long in an attempt is
+//!                                   # suspected (left out of placement, tried last, probed)
+//! hedge_ms = 150                    # optional: a silent owner gets company in a read (the
+//!                                   # next starts beside it) after this long; a push, once
+//!                                   # its peer is suspected
+//! probe_ms = 250                    # optional: first probe of a suspect; then doubling
+//! probe_ms_max = 2000               # optional: longest wait between probes
 //!
 //! [[cluster.members]]               # every member, this node included; ids unique
 //! id = 1
@@ -41,13 +51,32 @@ use kvfabric_store::ConfigError;
 
 use super::raw::{RawCluster, RawMember};
 use super::validate::{Check, NODE_ID_MAX};
-use kvfabric_core::config::{ClusterConfig, Member};
+use kvfabric_core::config::{ClusterConfig, FailoverConfig, Member};
 use kvfabric_core::NodeId;
 
 /// Most members one cluster config may list.
 pub(crate) const MEMBERS_MAX: usize = 64;
 /// Highest replication factor.
 pub(crate) const REPLICATION_MAX: u32 = 8;
+
+/// Raft's timing on a node: heartbeats every 100 ms (also openraft's bound on one
+/// AppendEntries), election timeouts of 200–350 ms, an RPC bounded by 1 s. openraft 0.9 lets
+/// a follower that stops hearing its leader wait out the leader's lease (the maximum, 350 ms)
+/// and then its own timeout (drawn in 200–350 ms at start), checked on a 150 ms tick:
+/// 0.55–0.85 s before it asks for votes, then a round trip and one commit. Two followers that
+/// ask on the same tick split the vote, and the winner asks again after its timeout (0.2–0.5
+/// s more); a member whose log is shorter than one it has seen waits 0.7 s longer, so the
+/// most up-to-date survivor wins. A write forwarded to the dead leader is abandoned as soon
+/// as the leadership moves (see `docs/API.md`, "Failover").
+pub(crate) fn raft_defaults() -> DirectoryConfig {
+    DirectoryConfig {
+        heartbeat_interval_ms: 100,
+        election_timeout_min_ms: 200,
+        election_timeout_max_ms: 350,
+        rpc_timeout_ms: 1_000,
+        ..DirectoryConfig::default()
+    }
+}
 
 /// Default period of the re-replication pass.
 const REPAIR_INTERVAL_MS_DEFAULT: u64 = 5_000;
@@ -96,6 +125,7 @@ impl Check<'_> {
         &self,
         me: NodeId,
         raw: RawCluster,
+        transport: kvfabric_core::config::TransportSettings,
     ) -> Result<ClusterConfig, ConfigError> {
         if raw.members.is_empty() || raw.members.len() > MEMBERS_MAX {
             return Err(self.err(
@@ -193,7 +223,7 @@ impl Check<'_> {
                 ),
             ));
         }
-        let defaults = DirectoryConfig::default();
+        let defaults = raft_defaults();
         let directory = DirectoryConfig {
             cluster_name: "kvfabric".to_owned(),
             lease_ms: raw.lease_ms.unwrap_or(defaults.lease_ms),
@@ -213,6 +243,7 @@ impl Check<'_> {
             election_timeout_max_ms: raw
                 .election_timeout_max_ms
                 .unwrap_or(defaults.election_timeout_max_ms),
+            rpc_timeout_ms: raw.rpc_timeout_ms.unwrap_or(defaults.rpc_timeout_ms),
             ..defaults
         };
         if let Err(e) = directory.validate() {
@@ -248,6 +279,7 @@ impl Check<'_> {
                 format!("expected 1 to {REPAIR_BLOCKS_MAX_LIMIT}, found {repair_blocks_max}"),
             ));
         }
+        let failover = self.failover(&raw, &transport)?;
         Ok(ClusterConfig {
             transport_listen,
             raft_listen,
@@ -260,6 +292,62 @@ impl Check<'_> {
             repair_blocks_max,
             members,
             directory,
+            transport,
+            failover,
         })
+    }
+
+    /// The failover bounds of `[cluster]`, checked against each other and the transport's.
+    fn failover(
+        &self,
+        raw: &RawCluster,
+        transport: &kvfabric_core::config::TransportSettings,
+    ) -> Result<FailoverConfig, ConfigError> {
+        let d = FailoverConfig::default();
+        let f = FailoverConfig {
+            attempt_ms: raw.attempt_ms.unwrap_or(d.attempt_ms),
+            hedge_ms: raw.hedge_ms.unwrap_or(d.hedge_ms),
+            suspect_ms: raw.suspect_ms.unwrap_or(d.suspect_ms),
+            probe_ms: raw.probe_ms.unwrap_or(d.probe_ms),
+            probe_ms_max: raw.probe_ms_max.unwrap_or(d.probe_ms_max),
+        };
+        let fetch = transport.config.fetch_timeout_ms;
+        if !(1..=fetch).contains(&f.attempt_ms) {
+            return Err(self.err(
+                "cluster.attempt_ms",
+                format!(
+                    "expected 1 to transport.fetch_timeout_ms ({fetch}), found {}",
+                    f.attempt_ms
+                ),
+            ));
+        }
+        if f.hedge_ms == 0 || f.hedge_ms >= f.attempt_ms {
+            return Err(self.err(
+                "cluster.hedge_ms",
+                format!(
+                    "expected 1 to below attempt_ms ({}), found {}",
+                    f.attempt_ms, f.hedge_ms
+                ),
+            ));
+        }
+        if f.suspect_ms == 0 || f.suspect_ms >= f.attempt_ms {
+            return Err(self.err(
+                "cluster.suspect_ms",
+                format!(
+                    "expected 1 to below attempt_ms ({}), found {}",
+                    f.attempt_ms, f.suspect_ms
+                ),
+            ));
+        }
+        if f.probe_ms == 0 || f.probe_ms > f.probe_ms_max || f.probe_ms_max > 600_000 {
+            return Err(self.err(
+                "cluster.probe_ms",
+                format!(
+                    "expected 1 <= probe_ms ({}) <= probe_ms_max ({}) <= 600000",
+                    f.probe_ms, f.probe_ms_max
+                ),
+            ));
+        }
+        Ok(f)
     }
 }

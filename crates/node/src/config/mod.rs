@@ -76,6 +76,7 @@ mod operator;
 mod raw;
 mod route;
 mod secret;
+mod transport;
 mod validate;
 
 use std::net::SocketAddr;

@@ -29,6 +29,8 @@ pub(crate) struct RawConfig {
     #[serde(default)]
     pub(crate) route: RawRoute,
     #[serde(default)]
+    pub(crate) transport: RawTransport,
+    #[serde(default)]
     pub(crate) operator: Option<RawOperator>,
     #[serde(default)]
     pub(crate) arenas: RawArenas,
@@ -138,6 +140,18 @@ pub(crate) struct RawCluster {
     #[serde(default)]
     pub(crate) repair_blocks_max: Option<usize>,
     #[serde(default)]
+    pub(crate) attempt_ms: Option<u64>,
+    #[serde(default)]
+    pub(crate) hedge_ms: Option<u64>,
+    #[serde(default)]
+    pub(crate) suspect_ms: Option<u64>,
+    #[serde(default)]
+    pub(crate) probe_ms: Option<u64>,
+    #[serde(default)]
+    pub(crate) probe_ms_max: Option<u64>,
+    #[serde(default)]
+    pub(crate) rpc_timeout_ms: Option<u64>,
+    #[serde(default)]
     pub(crate) batch_delay_ms_max: Option<u64>,
     #[serde(default)]
     pub(crate) batch_inflight_max: Option<usize>,
@@ -183,6 +197,50 @@ pub(crate) struct RawRoute {
     pub(crate) gpu_read_gbps: Option<f64>,
     pub(crate) host_read_gbps: Option<f64>,
     pub(crate) disk_read_gbps: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTransport {
+    pub(crate) kind: Option<String>,
+    pub(crate) max_frame_bytes: Option<ByteSize>,
+    pub(crate) fetches_in_flight_max: Option<usize>,
+    pub(crate) serve_streams_max: Option<u32>,
+    pub(crate) connections_max: Option<usize>,
+    pub(crate) connect_timeout_ms: Option<u64>,
+    pub(crate) fetch_timeout_ms: Option<u64>,
+    pub(crate) request_timeout_ms: Option<u64>,
+    pub(crate) idle_timeout_ms: Option<u64>,
+    pub(crate) keep_alive_ms: Option<u64>,
+    #[serde(default)]
+    pub(crate) quic: RawQuic,
+    #[serde(default)]
+    pub(crate) ucx: RawUcx,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawQuic {
+    pub(crate) initial_mtu_bytes: Option<u16>,
+    pub(crate) max_udp_payload_bytes: Option<u16>,
+    pub(crate) mtu_discovery: Option<bool>,
+    pub(crate) segmentation_offload: Option<bool>,
+    pub(crate) stream_receive_window_bytes: Option<ByteSize>,
+    pub(crate) connection_receive_window_bytes: Option<ByteSize>,
+    pub(crate) send_window_bytes: Option<ByteSize>,
+    pub(crate) send_fairness: Option<bool>,
+    pub(crate) socket_buffer_bytes: Option<ByteSize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawUcx {
+    pub(crate) tls: Option<String>,
+    pub(crate) mode: Option<String>,
+    pub(crate) recv_chunk_bytes: Option<ByteSize>,
+    pub(crate) recv_chunks_posted: Option<usize>,
+    pub(crate) leases_per_connection_max: Option<usize>,
+    pub(crate) stage_leases: Option<bool>,
 }
 
 /// `[operator]`.

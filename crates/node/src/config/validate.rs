@@ -120,10 +120,11 @@ impl Check<'_> {
         let limits = self.limits(&raw.limits, smallest, largest)?;
         let (namespaces, tenants) = self.tenancy(raw.namespaces, raw.tenants)?;
         let route = super::route::check(self, &raw.route)?;
+        let transport = super::transport::check(self, &raw.transport)?;
         let arenas = super::arenas::check(self, &raw.arenas, &catalog)?;
         let cluster = match raw.cluster {
             None => None,
-            Some(c) => Some(self.cluster(node_id, c)?),
+            Some(c) => Some(self.cluster(node_id, c, transport)?),
         };
         let events = self.events(node_id, raw.events)?;
         let namespace_secret = super::secret::check(

@@ -149,6 +149,9 @@ pub(crate) enum ApiError {
         /// Copies asked for.
         want: u32,
     },
+    /// The block's owners exist but none served it.
+    #[error("{0}")]
+    OwnersUnreachable(String),
     /// The directory could not record the block's ownership.
     #[error("the directory did not record the block: {0}")]
     DirectoryUnavailable(String),
@@ -223,6 +226,7 @@ impl ApiError {
             | NotReady
             | ClusterNotReady(_)
             | ReplicationIncomplete { .. }
+            | OwnersUnreachable(_)
             | DirectoryUnavailable(_)
             | TooManySubscribers(_)
             | MembershipIncomplete(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -269,6 +273,7 @@ impl ApiError {
             NotReady | ClusterNotReady(_) => "not_ready",
             ReplicationIncomplete { .. } => "replication_incomplete",
             DirectoryUnavailable(_) => "directory_unavailable",
+            OwnersUnreachable(_) => "owners_unreachable",
             StoreFull(_) => "store_full",
             UnknownGeometry => "unknown_geometry",
             Internal => "internal",
@@ -332,6 +337,7 @@ impl ApiError {
                 }
             }
             FabricError::DirectoryUnavailable(m) => ApiError::DirectoryUnavailable(m),
+            e @ FabricError::OwnersUnreachable { .. } => ApiError::OwnersUnreachable(e.to_string()),
             FabricError::UnknownGeometry => ApiError::UnknownGeometry,
             FabricError::ModelRequired(m) => ApiError::ModelRequired(m),
             FabricError::EngineBlock(e) => ApiError::InvalidHeader {

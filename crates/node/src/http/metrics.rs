@@ -28,6 +28,7 @@
 //! | `kvfabric_raft_state` | gauge | stat: `term`, `is_leader`, `last_applied`, `last_log`, `epoch`, `members_healthy`, `members`, `rpc_ok`, `rpc_failed`, `rpc_served` (cluster nodes) |
 //! | `kvfabric_transport` | gauge | stat: the block transport's counters, e.g. `fetches_ok`, `verify_failures`, `bytes_in` (cluster nodes) |
 //! | `kvfabric_tier_moves` | gauge | stat: `recorded` (in the directory), `failed`, `before_join` (cluster nodes) |
+//! | `kvfabric_peer_health` | gauge | stat: `suspects` (members suspected now), `suspected` (times a member became a suspect), `cleared` (times a suspect answered again), `probes` (probes sent to suspects) (cluster nodes) |
 //! | `kvfabric_repair` | gauge | stat: `passes`, `under_replicated` (held blocks, last pass), `copies_made`, `copies_missing` (cluster nodes) |
 //! | `kvfabric_events_*`, `kvfabric_event_*` | counter, gauge | the event log's (see `events::metrics`) |
 //! | `kvfabric_route_requests_total` | counter | |
@@ -134,6 +135,7 @@ pub(crate) struct Metrics {
     raft: Family<StatLabels, Gauge>,
     transport: Family<StatLabels, Gauge>,
     repair: Family<StatLabels, Gauge>,
+    peer_health: Family<StatLabels, Gauge>,
     tier_moves: Family<StatLabels, Gauge>,
     /// The event log's series (`crate::events`).
     pub(crate) events: kvfabric_core::events::EventMetrics,
@@ -170,6 +172,7 @@ impl Metrics {
             raft: Family::default(),
             transport: Family::default(),
             repair: Family::default(),
+            peer_health: Family::default(),
             tier_moves: Family::default(),
             events: kvfabric_core::events::EventMetrics::default(),
             route_requests: Counter::default(),
@@ -294,6 +297,11 @@ impl Metrics {
             m.repair.clone(),
         );
         r.register(
+            "peer_health",
+            "Members this node suspects dead from its own exchanges, and their probes",
+            m.peer_health.clone(),
+        );
+        r.register(
             "tier_moves",
             "Tier moves of held blocks recorded in the directory",
             m.tier_moves.clone(),
@@ -350,6 +358,16 @@ impl Metrics {
             ("blocks_served", t.blocks_served),
             ("bytes_in", t.bytes_in),
             ("bytes_out", t.bytes_out),
+            ("pushes_ok", t.pushes_ok),
+            ("pushes_failed", t.pushes_failed),
+            ("pushes_stored", t.pushes_stored),
+            ("pushes_rejected", t.pushes_rejected),
+            ("probes_ok", t.probes_ok),
+            ("probes_failed", t.probes_failed),
+            ("probes_served", t.probes_served),
+            ("messages_ok", t.messages_ok),
+            ("messages_failed", t.messages_failed),
+            ("messages_served", t.messages_served),
         ];
         for (stat, v) in transport {
             self.transport
@@ -364,6 +382,12 @@ impl Metrics {
         ];
         for (stat, v) in names.into_iter().zip(c.repair) {
             self.repair
+                .get_or_create(&StatLabels { stat })
+                .set(gauge(v));
+        }
+        let names = ["suspects", "suspected", "cleared", "probes"];
+        for (stat, v) in names.into_iter().zip(c.health) {
+            self.peer_health
                 .get_or_create(&StatLabels { stat })
                 .set(gauge(v));
         }

@@ -224,6 +224,37 @@ impl Cluster {
         (res["block"].as_str().map(str::to_owned), owners)
     }
 
+    /// Whether node `id` holds a copy of `block` itself: its HEAD answers 200 with
+    /// `kvfabric-source: local` (a HEAD answers as a GET would, so a node holding no copy
+    /// answers 200 too, naming the owner that does).
+    pub fn holds(&self, id: u64, block: &str) -> bool {
+        let r = self
+            .agent
+            .head(format!("{}/v1/blocks/{block}", self.api(id)))
+            .call()
+            .expect("head answered");
+        r.status() == 200
+            && r.headers()
+                .get("kvfabric-source")
+                .is_some_and(|v| v == "local")
+    }
+
+    /// HEAD of a block on node `id`: its status and `kvfabric-source`; `None` without an
+    /// answer.
+    pub fn get_head(&self, id: u64, block: &str) -> Option<(u16, Option<String>)> {
+        let r = self
+            .agent
+            .head(format!("{}/v1/blocks/{block}", self.api(id)))
+            .call()
+            .ok()?;
+        let source = r
+            .headers()
+            .get("kvfabric-source")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        Some((r.status().as_u16(), source))
+    }
+
     /// HEAD of a block on node `id` (no read, no promotion): its status.
     pub fn head_status(&self, id: u64, block: &str) -> u16 {
         self.head_block(id, block).0

@@ -1,8 +1,9 @@
 //! The files of a local cluster: where each lives and what each node's config says.
 //!
-//! Ports: each node gets three (HTTP over TCP, block transport and Raft over UDP), chosen by
-//! binding port 0 on loopback and releasing it, so that concurrent clusters (tests) do not
-//! collide on fixed ports.
+//! Ports: each node gets three (HTTP over TCP; the block transport, free for UDP and TCP since
+//! it is QUIC's or UCX's; and the `raft` address, which carries Raft and control only when
+//! blocks go over UCX), chosen by binding port 0 on loopback and releasing it, so that
+//! concurrent clusters (tests) do not collide on fixed ports.
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use kvfabric_test_support::config::{
     ClusterSection, DiskSection, EventsSection, MemberSection, NodeConfigFile, OperatorSection,
+    TransportSection,
 };
 
 /// Each node's host tier unless `--host-bytes` says otherwise (the node validates the value).
@@ -104,6 +106,18 @@ fn free_udp() -> anyhow::Result<SocketAddr> {
     Ok(s.local_addr()?)
 }
 
+/// A port free for both TCP and UDP (the block transport is UDP for QUIC, TCP for UCX).
+fn free_tcp_and_udp() -> anyhow::Result<SocketAddr> {
+    for _ in 0..50 {
+        let tcp = TcpListener::bind("127.0.0.1:0").context("finding a free TCP port")?;
+        let addr = tcp.local_addr()?;
+        if UdpSocket::bind(addr).is_ok() {
+            return Ok(addr);
+        }
+    }
+    anyhow::bail!("no port free for both TCP and UDP on 127.0.0.1")
+}
+
 /// Picks ports for `nodes` nodes.
 pub fn plan(nodes: u32) -> anyhow::Result<Vec<NodeLayout>> {
     (1..=u64::from(nodes)).map(plan_one).collect()
@@ -117,6 +131,8 @@ pub struct ExtraKeys {
     pub cluster: Vec<(String, String)>,
     /// `[events]` keys (`--events-set`).
     pub events: Vec<(String, String)>,
+    /// `[transport] kind` (`--transport`), when not the default.
+    pub transport: Option<String>,
 }
 
 /// Picks ports for node `id`.
@@ -124,7 +140,7 @@ pub fn plan_one(id: u64) -> anyhow::Result<NodeLayout> {
     Ok(NodeLayout {
         id,
         http: free_tcp()?,
-        transport: free_udp()?,
+        transport: free_tcp_and_udp()?,
         raft: free_udp()?,
     })
 }
@@ -149,6 +165,10 @@ pub fn config(
     c.tiers.disk = Some(DiskSection {
         bytes: "1 GiB".into(),
         sync: None,
+    });
+    c.transport = extra_keys.transport.as_ref().map(|kind| TransportSection {
+        kind: Some(kind.clone()),
+        ..TransportSection::default()
     });
     let values = |keys: &[(String, String)]| {
         keys.iter()

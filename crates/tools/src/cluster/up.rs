@@ -58,6 +58,10 @@ pub struct UpArgs {
     /// config (a cluster with tenants; without it the nodes are open).
     #[arg(long, value_name = "FILE")]
     tenancy: Option<PathBuf>,
+    /// What carries blocks between the nodes: `quic` (the default) or `ucx` (a build with
+    /// `--features ucx`; UCX over TCP unless `UCX_TLS` says otherwise).
+    #[arg(long, value_parser = ["quic", "ucx"])]
+    transport: Option<String>,
     /// An `[events]` key for every node, as `KEY=VALUE` with a TOML value (e.g.
     /// `zmq_pub="tcp://127.0.0.1:0"`); repeatable. The nodes validate it like any config key.
     #[arg(long = "events-set", value_name = "KEY=VALUE", value_parser = layout::parse_cluster_set)]
@@ -168,6 +172,7 @@ fn start(
             &layout::ExtraKeys {
                 cluster: a.cluster_set.clone(),
                 events: a.events_set.clone(),
+                transport: a.transport.clone(),
             },
             token,
         )

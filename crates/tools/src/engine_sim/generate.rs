@@ -84,11 +84,10 @@ pub fn generate(engine: &Engine, tokens: &[u32], mode: LookupMode) -> anyhow::Re
             let found = lookup(&engine.node, &prefix)?;
             for (b, (block, _)) in blocks.iter_mut().zip(found) {
                 let Some(id) = block else { break };
-                let local = engine
-                    .node
-                    .client
-                    .head_status(&format!("/v1/blocks/{id}"))?
-                    == 200;
+                // Held by this engine's node itself (a HEAD answers as a GET would, so an
+                // owner elsewhere answers 200 too, naming itself in `kvfabric-source`).
+                let (status, source) = engine.node.client.head(&format!("/v1/blocks/{id}"))?;
+                let local = status == 200 && source.as_deref() == Some("local");
                 if !local {
                     break;
                 }

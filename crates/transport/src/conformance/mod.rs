@@ -6,8 +6,12 @@
 //! order; not-found is a typed error well before the timeout; a verification failure falls
 //! back to the next owner and is counted; an oversized frame is refused; a stalled peer ends
 //! in a timeout; the in-flight bound holds; one connection per peer is reused; owner lists
-//! that are empty or all bad give typed errors.
+//! that are empty or all bad give typed errors; a pushed block is stored by its peer and found
+//! there, a refused push and a silent probe are typed ([`push`]). Transports that carry
+//! message channels also run [`messages::run`].
 
+pub mod messages;
+pub mod push;
 pub mod sources;
 
 use std::sync::Arc;
@@ -21,6 +25,7 @@ use crate::frame::FrameError;
 use crate::source::{BlockSource, MemorySource};
 use crate::transport::{Transport, TransportFuture};
 
+use push::{a_refused_push_and_a_silent_probe_are_typed, push_then_probe_then_fetch};
 use sources::{test_block, FlippingSource, SlowCountingSource, StallingSource};
 
 /// Builds instances of one transport implementation for the suite.
@@ -48,7 +53,7 @@ pub fn suite_config() -> TransportConfig {
     }
 }
 
-const BLOCK_PAYLOAD_BYTES: usize = 300_000;
+pub(crate) const BLOCK_PAYLOAD_BYTES: usize = 300_000;
 
 /// Bound on waiting for the other side's counters to catch up (see [`eventually`]).
 pub const EVENTUALLY_MS_MAX: u64 = 5_000;
@@ -67,11 +72,11 @@ pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-fn ns() -> NamespaceKey {
+pub(crate) fn ns() -> NamespaceKey {
     NamespaceKey::derive("conformance")
 }
 
-async fn build<F: TransportFactory>(
+pub(crate) async fn build<F: TransportFactory>(
     f: &F,
     config: TransportConfig,
     source: Arc<dyn BlockSource>,
@@ -98,6 +103,11 @@ pub async fn run<F: TransportFactory>(factory: &F) {
     case!("timeout", stalled_peer_times_out);
     case!("in-flight bound", in_flight_bound_holds);
     case!("owner lists", owner_lists);
+    case!("push, probe, fetch", push_then_probe_then_fetch);
+    case!(
+        "refused push, silent probe",
+        a_refused_push_and_a_silent_probe_are_typed
+    );
 }
 
 /// One block, fetched: same bytes, same id, counted; one connection.

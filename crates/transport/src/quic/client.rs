@@ -1,5 +1,6 @@
-//! The fetching side: one pooled connection per peer, a stream per block, a bounded number of
-//! fetches in flight, every fetch bounded in time.
+//! The fetching side: one pooled connection per peer and channel (blocks, and each message
+//! channel by its ALPN), a stream per block, push, probe or message, a bounded number of
+//! transfers in flight, every one bounded in time.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,14 +25,20 @@ struct Slot {
     last_used_ms: AtomicU64,
 }
 
+/// Which connections a pool entry is: index 0 carries blocks, `i` the channel `i - 1`.
+pub(crate) type ChannelIndex = usize;
+/// The block connections' index.
+pub(crate) const BLOCKS: ChannelIndex = 0;
+
 /// Everything the fetching side owns.
 pub(crate) struct Client {
     pub(crate) endpoint: quinn::Endpoint,
-    pub(crate) client_config: quinn::ClientConfig,
+    /// One client config per channel index (the ALPN differs).
+    pub(crate) client_configs: Vec<quinn::ClientConfig>,
     pub(crate) config: TransportConfig,
     pub(crate) counters: Arc<TransportCounters>,
     pub(crate) fetch_slots: Arc<Semaphore>,
-    pool: Mutex<HashMap<PeerAddr, Arc<Slot>>>,
+    pool: Mutex<HashMap<(PeerAddr, ChannelIndex), Arc<Slot>>>,
     epoch: Instant,
 }
 
@@ -47,13 +54,13 @@ impl Drop for InFlight<'_> {
 impl Client {
     pub(crate) fn new(
         endpoint: quinn::Endpoint,
-        client_config: quinn::ClientConfig,
+        client_configs: Vec<quinn::ClientConfig>,
         config: TransportConfig,
         counters: Arc<TransportCounters>,
     ) -> Client {
         Client {
             endpoint,
-            client_config,
+            client_configs,
             fetch_slots: Arc::new(Semaphore::new(config.fetches_in_flight_max)),
             config,
             counters,
@@ -78,7 +85,7 @@ impl Client {
                 .map_err(|_| TransportError::Closed)?;
             self.counters.fetch_started();
             let _in_flight = InFlight(&self.counters);
-            let conn = self.connection(peer).await?;
+            let conn = self.connection(peer, BLOCKS).await?;
             self.fetch_on(&conn, peer, namespace, id, sink).await
         };
         let result = match tokio::time::timeout(self.config.fetch_timeout(), attempt).await {
@@ -104,9 +111,14 @@ impl Client {
         result
     }
 
-    /// The pooled connection to `peer`, connecting (once, however many fetches wait) if needed.
-    async fn connection(&self, peer: &PeerAddr) -> Result<Connection, TransportError> {
-        let slot = self.slot(peer)?;
+    /// The pooled connection to `peer` for `channel`, connecting (once, however many callers
+    /// wait) if needed.
+    pub(crate) async fn connection(
+        &self,
+        peer: &PeerAddr,
+        channel: ChannelIndex,
+    ) -> Result<Connection, TransportError> {
+        let slot = self.slot(peer, channel)?;
         slot.last_used_ms
             .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
         let mut guard = slot.conn.lock().await;
@@ -118,7 +130,7 @@ impl Client {
         *guard = None;
         let connecting = self
             .endpoint
-            .connect_with(self.client_config.clone(), peer.addr, &peer.name)
+            .connect_with(self.client_configs[channel].clone(), peer.addr, &peer.name)
             .map_err(|e| TransportError::Connect {
                 peer: peer.clone(),
                 reason: e.to_string(),
@@ -145,10 +157,12 @@ impl Client {
         Ok(conn)
     }
 
-    /// The pool entry for `peer`; makes room (least recently used idle peer) at `connections_max`.
-    fn slot(&self, peer: &PeerAddr) -> Result<Arc<Slot>, TransportError> {
+    /// The pool entry for `peer` and `channel`; makes room (least recently used idle entry)
+    /// at `connections_max`.
+    fn slot(&self, peer: &PeerAddr, channel: ChannelIndex) -> Result<Arc<Slot>, TransportError> {
+        let key = (peer.clone(), channel);
         let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(slot) = pool.get(peer) {
+        if let Some(slot) = pool.get(&key) {
             return Ok(slot.clone());
         }
         if pool.len() >= self.config.connections_max {
@@ -179,8 +193,25 @@ impl Client {
             conn: tokio::sync::Mutex::new(None),
             last_used_ms: AtomicU64::new(0),
         });
-        pool.insert(peer.clone(), slot.clone());
+        pool.insert(key, slot.clone());
         Ok(slot)
+    }
+
+    /// Closes and forgets the pooled connection to `peer` for `channel` (after a failure that
+    /// leaves its state unknown: the next call dials again).
+    pub(crate) fn evict(&self, peer: &PeerAddr, channel: ChannelIndex) {
+        let slot = self
+            .pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(peer.clone(), channel));
+        if let Some(slot) = slot {
+            if let Ok(mut conn) = slot.conn.try_lock() {
+                if let Some(conn) = conn.take() {
+                    conn.close(errors::CLOSE_EVICTED, b"failed");
+                }
+            }
+        }
     }
 
     /// quinn's statistics of the pooled connection to `peer`, if one is open.
@@ -189,14 +220,19 @@ impl Client {
             .pool
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(peer)
+            .get(&(peer.clone(), BLOCKS))
             .cloned()?;
         let guard = slot.conn.try_lock().ok()?;
         guard.as_ref().map(|c| c.stats())
     }
 
     /// A peer broke the protocol: count it, close its connection, report it.
-    fn violation(&self, conn: &Connection, peer: &PeerAddr, error: FrameError) -> TransportError {
+    pub(crate) fn violation(
+        &self,
+        conn: &Connection,
+        peer: &PeerAddr,
+        error: FrameError,
+    ) -> TransportError {
         self.counters.protocol_violations();
         conn.close(
             errors::CLOSE_PROTOCOL_VIOLATION,
@@ -256,7 +292,12 @@ impl Client {
             | FrameKind::Fetch
             | FrameKind::Lease
             | FrameKind::FetchRma
-            | FrameKind::Release => {
+            | FrameKind::Release
+            | FrameKind::Push
+            | FrameKind::Stored
+            | FrameKind::Rejected
+            | FrameKind::Probe
+            | FrameKind::Held => {
                 return Err(TransportError::Unavailable {
                     peer: peer.clone(),
                     id,

@@ -2,12 +2,16 @@
 //!
 //! One UDP endpoint per node both serves (accepting connections from peers whose certificate
 //! the cluster CA signed) and fetches (one pooled connection per peer, a bidirectional stream
-//! per block). Submodules: [`tls`] (rustls configs), [`tuning`] (quinn configs and the
-//! socket), [`errors`] (quinn errors to [`TransportError`], close codes), and the private
-//! client and server halves.
+//! per block, push or probe). The same endpoint carries the node's message channels (Raft,
+//! control; [`crate::message`]): each is an ALPN of its own, so a peer has one connection per
+//! channel and bulk block streams never queue behind a heartbeat, nor one behind them.
+//! Submodules: [`tls`] (rustls configs), [`tuning`] (quinn configs and the socket),
+//! [`errors`] (quinn errors to [`TransportError`], close codes), and the private client
+//! (fetch; push, probe and messages in `exchange`) and server halves.
 
 mod client;
 pub mod errors;
+mod exchange;
 mod server;
 pub mod tls;
 pub mod tuning;
@@ -24,6 +28,7 @@ use crate::certs::NodeIdentity;
 use crate::config::TransportConfig;
 use crate::counters::{CountersSnapshot, TransportCounters};
 use crate::error::TransportError;
+use crate::message::{no_channel, Channel, MessageHandler, Messenger};
 use crate::peer::PeerAddr;
 use crate::receive::{BlockReceiver, PayloadSink};
 use crate::source::BlockSource;
@@ -43,6 +48,7 @@ pub struct QuicTransport {
 
 struct Inner {
     client: Client,
+    server: Arc<Server>,
     local: PeerAddr,
     accept_task: JoinHandle<()>,
 }
@@ -65,11 +71,33 @@ impl QuicTransport {
         listen: SocketAddr,
         source: Arc<dyn BlockSource>,
     ) -> Result<QuicTransport, TransportError> {
+        QuicTransport::bind_with_channels(config, identity, listen, source, Vec::new()).await
+    }
+
+    /// [`QuicTransport::bind`], also carrying `channels` (their handlers are registered with
+    /// [`Messenger::serve`]; until then their requests are refused).
+    pub async fn bind_with_channels(
+        config: TransportConfig,
+        identity: &NodeIdentity,
+        listen: SocketAddr,
+        source: Arc<dyn BlockSource>,
+        channels: Vec<Channel>,
+    ) -> Result<QuicTransport, TransportError> {
         config.validate()?;
+        let mut alpns: Vec<&[u8]> = vec![tls::ALPN];
+        for c in &channels {
+            if alpns.contains(&c.alpn) {
+                return Err(TransportError::Config {
+                    field: "channels",
+                    reason: format!("expected distinct ALPNs, found {} twice", c.name()),
+                });
+            }
+            alpns.push(c.alpn);
+        }
         let socket = tuning::bind_socket(listen, &config)?;
         let endpoint = quinn::Endpoint::new(
             tuning::quinn_endpoint(&config)?,
-            Some(tuning::server_config(&config, identity)?),
+            Some(tuning::server_config(&config, identity, &alpns)?),
             socket,
             Arc::new(quinn::TokioRuntime),
         )
@@ -83,14 +111,20 @@ impl QuicTransport {
             config: config.clone(),
             counters: counters.clone(),
             source,
+            handlers: std::sync::RwLock::new(vec![None; channels.len()]),
+            channels,
         });
-        let accept_task = tokio::spawn(server.accept_loop(endpoint.clone()));
-        let client_config = tuning::client_config(&config, identity)?;
-        let client = Client::new(endpoint, client_config, config, counters);
+        let accept_task = tokio::spawn(server.clone().accept_loop(endpoint.clone()));
+        let client_configs = alpns
+            .iter()
+            .map(|a| tuning::client_config(&config, identity, a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let client = Client::new(endpoint, client_configs, config, counters);
         tracing::info!(node = identity.name(), %addr, "QUIC transport listening");
         Ok(QuicTransport {
             inner: Arc::new(Inner {
                 client,
+                server,
                 local: PeerAddr::new(identity.name(), addr),
                 accept_task,
             }),
@@ -166,6 +200,23 @@ impl Transport for QuicTransport {
         }))
     }
 
+    fn push<'a>(
+        &'a self,
+        peer: &'a PeerAddr,
+        block: &'a VerifiedBlock,
+    ) -> TransportFuture<'a, Result<(), TransportError>> {
+        Box::pin(self.inner.client.push(peer, block))
+    }
+
+    fn probe<'a>(
+        &'a self,
+        peer: &'a PeerAddr,
+        namespace: NamespaceKey,
+        id: BlockId,
+    ) -> TransportFuture<'a, Result<u64, TransportError>> {
+        Box::pin(self.inner.client.probe(peer, namespace, id))
+    }
+
     fn local_peer(&self) -> PeerAddr {
         self.inner.local.clone()
     }
@@ -183,6 +234,50 @@ impl Transport for QuicTransport {
             let wait = Duration::from_millis(CLOSE_WAIT_MS_MAX);
             // Bounded: a peer that never acknowledges the close must not hold us.
             let _ = tokio::time::timeout(wait, endpoint.wait_idle()).await;
+        })
+    }
+}
+
+impl QuicTransport {
+    /// The index of `channel` among the pool's channel indices (0 is blocks).
+    fn channel_index(&self, channel: &Channel) -> Result<usize, TransportError> {
+        let carried = &self.inner.server.channels;
+        carried
+            .iter()
+            .position(|c| c == channel)
+            .map(|i| i + 1)
+            .ok_or_else(|| no_channel(channel, carried))
+    }
+}
+
+impl Messenger for QuicTransport {
+    fn serve(
+        &self,
+        channel: Channel,
+        handler: Arc<dyn MessageHandler>,
+    ) -> Result<(), TransportError> {
+        let i = self.channel_index(&channel)? - 1;
+        self.inner
+            .server
+            .handlers
+            .write()
+            .unwrap_or_else(|p| p.into_inner())[i] = Some(handler);
+        Ok(())
+    }
+
+    fn call<'a>(
+        &'a self,
+        channel: Channel,
+        peer: &'a PeerAddr,
+        request: Vec<u8>,
+        limit: Duration,
+    ) -> TransportFuture<'a, Result<Vec<u8>, TransportError>> {
+        Box::pin(async move {
+            let index = self.channel_index(&channel)?;
+            self.inner
+                .client
+                .call(&channel, index, peer, request, limit)
+                .await
         })
     }
 }

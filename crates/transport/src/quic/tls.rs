@@ -42,8 +42,18 @@ fn roots(identity: &NodeIdentity) -> Result<Arc<RootCertStore>, TransportError> 
     Ok(Arc::new(roots))
 }
 
-/// The server side: presents `identity`, requires a client certificate signed by its CA.
+/// The server side: presents `identity`, requires a client certificate signed by its CA;
+/// speaks the block ALPN only.
 pub fn server_crypto(identity: &NodeIdentity) -> Result<QuicServerConfig, TransportError> {
+    server_crypto_for(identity, &[ALPN])
+}
+
+/// The server side for `alpns` (the block ALPN and the channels' ones): the handshake agrees
+/// on one of them, which says what the connection carries.
+pub fn server_crypto_for(
+    identity: &NodeIdentity,
+    alpns: &[&[u8]],
+) -> Result<QuicServerConfig, TransportError> {
     let provider = provider();
     let verifier = WebPkiClientVerifier::builder_with_provider(roots(identity)?, provider.clone())
         .build()
@@ -54,19 +64,28 @@ pub fn server_crypto(identity: &NodeIdentity) -> Result<QuicServerConfig, Transp
         .with_client_cert_verifier(verifier)
         .with_single_cert(identity.cert_chain().to_vec(), identity.key())
         .map_err(|e| tls_err("server certificate", e))?;
-    tls.alpn_protocols = vec![ALPN.to_vec()];
+    tls.alpn_protocols = alpns.iter().map(|a| a.to_vec()).collect();
     tls.max_early_data_size = 0;
     QuicServerConfig::try_from(tls).map_err(|e| tls_err("QUIC server crypto", e))
 }
 
-/// The client side: presents `identity`, accepts only servers signed by its CA.
+/// The client side: presents `identity`, accepts only servers signed by its CA; speaks the
+/// block ALPN.
 pub fn client_crypto(identity: &NodeIdentity) -> Result<QuicClientConfig, TransportError> {
+    client_crypto_for(identity, ALPN)
+}
+
+/// The client side of the connections that carry `alpn`.
+pub fn client_crypto_for(
+    identity: &NodeIdentity,
+    alpn: &[u8],
+) -> Result<QuicClientConfig, TransportError> {
     let mut tls = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| tls_err("TLS 1.3", e))?
         .with_root_certificates(roots(identity)?)
         .with_client_auth_cert(identity.cert_chain().to_vec(), identity.key())
         .map_err(|e| tls_err("client certificate", e))?;
-    tls.alpn_protocols = vec![ALPN.to_vec()];
+    tls.alpn_protocols = vec![alpn.to_vec()];
     QuicClientConfig::try_from(tls).map_err(|e| tls_err("QUIC client crypto", e))
 }

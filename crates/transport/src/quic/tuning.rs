@@ -74,12 +74,14 @@ pub fn quinn_endpoint(cfg: &TransportConfig) -> Result<quinn::EndpointConfig, Tr
     Ok(e)
 }
 
-/// The server config: mTLS plus the accepting side's stream bound.
+/// The server config: mTLS for `alpns` plus the accepting side's stream bound.
 pub fn server_config(
     cfg: &TransportConfig,
     identity: &NodeIdentity,
+    alpns: &[&[u8]],
 ) -> Result<quinn::ServerConfig, TransportError> {
-    let mut s = quinn::ServerConfig::with_crypto(Arc::new(tls::server_crypto(identity)?));
+    let crypto = tls::server_crypto_for(identity, alpns)?;
+    let mut s = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     s.transport_config(Arc::new(quinn_transport(cfg, cfg.serve_streams_max)?));
     // Connections are bounded at accept time (connections_max); this bounds the backlog.
     s.max_incoming(cfg.connections_max);
@@ -87,12 +89,14 @@ pub fn server_config(
     Ok(s)
 }
 
-/// The client config: mTLS; peers may not open streams to us.
+/// The client config of connections carrying `alpn`: mTLS; peers may not open streams to us.
 pub fn client_config(
     cfg: &TransportConfig,
     identity: &NodeIdentity,
+    alpn: &[u8],
 ) -> Result<quinn::ClientConfig, TransportError> {
-    let mut c = quinn::ClientConfig::new(Arc::new(tls::client_crypto(identity)?));
+    let crypto = tls::client_crypto_for(identity, alpn)?;
+    let mut c = quinn::ClientConfig::new(Arc::new(crypto));
     c.transport_config(Arc::new(quinn_transport(cfg, 0)?));
     Ok(c)
 }

@@ -83,6 +83,23 @@ impl Transport for RdmaTransport {
         match self.never {}
     }
 
+    fn push<'a>(
+        &'a self,
+        _: &'a PeerAddr,
+        _: &'a VerifiedBlock,
+    ) -> TransportFuture<'a, Result<(), TransportError>> {
+        match self.never {}
+    }
+
+    fn probe<'a>(
+        &'a self,
+        _: &'a PeerAddr,
+        _: NamespaceKey,
+        _: BlockId,
+    ) -> TransportFuture<'a, Result<u64, TransportError>> {
+        match self.never {}
+    }
+
     fn local_peer(&self) -> PeerAddr {
         match self.never {}
     }

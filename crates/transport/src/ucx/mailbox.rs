@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 use crate::error::TransportError;
 use crate::frame::FrameHeader;
 use crate::peer::PeerAddr;
-use crate::source::SourceLookup;
+use crate::source::{Accepted, Holding, SourceLookup};
 use crate::ucx::receipt::Receipt;
 use crate::ucx::worker::{ConnId, Waker};
 
@@ -28,6 +28,8 @@ pub(crate) enum Command {
         peer: PeerAddr,
         /// The request header.
         request: FrameHeader,
+        /// What follows the header (a pushed block's bytes), if anything.
+        body: Option<bytes::Bytes>,
         /// Where the payload goes and the outcome is reported.
         receipt: Box<dyn Receipt>,
     },
@@ -45,14 +47,25 @@ pub(crate) enum Command {
         seq: u64,
         /// The request being answered.
         request: FrameHeader,
-        /// What the source said.
-        lookup: Option<SourceLookup>,
+        /// What the source said (`None`: past `fetch_timeout_ms`).
+        answer: Option<Answer>,
     },
     /// Stop: close every endpoint, fail pending fetches, then tell `done` (if any).
     Shutdown {
         /// Told when the thread has released everything.
         done: Option<oneshot::Sender<()>>,
     },
+}
+
+/// What a server's source answered, by request kind.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// A fetch's lookup.
+    Lookup(SourceLookup),
+    /// A probe's.
+    Holding(Holding),
+    /// A push's (its bytes verified): `None` when they did not hash to the id.
+    Accepted(Option<Accepted>),
 }
 
 /// The sending side of the progress thread's command channel; cheap to clone.

@@ -103,6 +103,7 @@ pub mod raw;
 mod receipt;
 mod rma;
 mod server;
+mod sinks;
 mod worker;
 
 use std::net::SocketAddr;
@@ -116,7 +117,7 @@ use tokio::sync::{oneshot, Semaphore};
 use crate::config::{TransportConfig, UcxMode};
 use crate::counters::{CountersSnapshot, TransportCounters};
 use crate::error::TransportError;
-use crate::frame::{FrameHeader, FrameKind};
+use crate::frame::{push_header, FrameHeader, FrameKind};
 use crate::peer::PeerAddr;
 use crate::receive::{BlockReceiver, PayloadSink};
 use crate::source::BlockSource;
@@ -231,6 +232,33 @@ impl UcxTransport {
         S: PayloadSink + 'static,
         S::Output: 'static,
     {
+        let kind = match self.inner.config.ucx.mode {
+            UcxMode::Stream => FrameKind::Fetch,
+            UcxMode::Get => FrameKind::FetchRma,
+        };
+        let request = FrameHeader::request(kind, namespace, id);
+        let result = self.exchange(peer, request, None, sink, "fetch").await;
+        match &result {
+            Ok(_) => self.inner.counters.fetches_ok(),
+            Err(_) => self.inner.counters.fetches_failed(),
+        }
+        result
+    }
+
+    /// One request (with `body` after its header, if any) and its answer into `sink`, holding
+    /// a transfer slot, bounded by `fetch_timeout_ms` (a timeout typed as `what`).
+    async fn exchange<S>(
+        &self,
+        peer: &PeerAddr,
+        request: FrameHeader,
+        body: Option<bytes::Bytes>,
+        sink: S,
+        what: &'static str,
+    ) -> Result<S::Output, TransportError>
+    where
+        S: PayloadSink + 'static,
+        S::Output: 'static,
+    {
         let inner = &self.inner;
         let attempt = async {
             let _permit = inner
@@ -242,14 +270,11 @@ impl UcxTransport {
             let _in_flight = InFlight(&inner.counters);
             let (reply, outcome) = oneshot::channel();
             let token = inner.next_token.fetch_add(1, Ordering::Relaxed);
-            let kind = match inner.config.ucx.mode {
-                UcxMode::Stream => FrameKind::Fetch,
-                UcxMode::Get => FrameKind::FetchRma,
-            };
             let command = Command::Fetch {
                 token,
                 peer: peer.clone(),
-                request: FrameHeader::request(kind, namespace, id),
+                request,
+                body,
                 receipt: Box::new(Typed::new(sink, reply)),
             };
             inner.mailbox.send(command)?;
@@ -263,22 +288,17 @@ impl UcxTransport {
             pending.finished = true;
             result?
         };
-        let result = match tokio::time::timeout(inner.config.fetch_timeout(), attempt).await {
+        match tokio::time::timeout(inner.config.fetch_timeout(), attempt).await {
             Ok(r) => r,
             Err(_) => {
                 inner.counters.timeouts();
                 Err(TransportError::Timeout {
                     peer: peer.clone(),
-                    what: "fetch",
+                    what,
                     after_ms: inner.config.fetch_timeout_ms,
                 })
             }
-        };
-        match &result {
-            Ok(_) => inner.counters.fetches_ok(),
-            Err(_) => inner.counters.fetches_failed(),
         }
-        result
     }
 
     /// Fetches `ids` from `peer`, at most `fetches_in_flight_max` at a time (pipelined on the
@@ -323,6 +343,47 @@ impl Transport for UcxTransport {
         Box::pin(self.fetch_many_into(peer, namespace, ids, move |id| {
             BlockReceiver::new(namespace, id)
         }))
+    }
+
+    fn push<'a>(
+        &'a self,
+        peer: &'a PeerAddr,
+        block: &'a VerifiedBlock,
+    ) -> TransportFuture<'a, Result<(), TransportError>> {
+        Box::pin(async move {
+            let bytes = bytes::Bytes::copy_from_slice(block.bytes());
+            let request = push_header(block.namespace(), block.id(), bytes.len() as u64);
+            let r = self
+                .exchange(peer, request, Some(bytes), sinks::Ack::default(), "push")
+                .await;
+            match &r {
+                Ok(()) => self.inner.counters.pushes_ok(),
+                Err(_) => self.inner.counters.pushes_failed(),
+            }
+            r
+        })
+    }
+
+    fn probe<'a>(
+        &'a self,
+        peer: &'a PeerAddr,
+        namespace: NamespaceKey,
+        id: BlockId,
+    ) -> TransportFuture<'a, Result<u64, TransportError>> {
+        Box::pin(async move {
+            let request = FrameHeader::request(FrameKind::Probe, namespace, id);
+            let r = self
+                .exchange(peer, request, None, sinks::Length::default(), "probe")
+                .await;
+            match &r {
+                Ok(_)
+                | Err(TransportError::NotFound { .. } | TransportError::Unavailable { .. }) => {
+                    self.inner.counters.probes_ok()
+                }
+                Err(_) => self.inner.counters.probes_failed(),
+            }
+            r
+        })
     }
 
     fn local_peer(&self) -> PeerAddr {

@@ -205,23 +205,29 @@ impl Progress {
                 token,
                 peer,
                 request,
+                body,
                 receipt,
             } => {
                 if self.stopping.is_some() {
                     return receipt.fail(TransportError::Closed);
                 }
-                self.clients
-                    .fetch(&self.worker, &mut self.ids, token, peer, request, receipt);
+                self.clients.fetch(
+                    &self.worker,
+                    &mut self.ids,
+                    token,
+                    (peer, request, body),
+                    receipt,
+                );
             }
             Command::Abandon { token } => self.clients.abandon(token),
             Command::LookupDone {
                 conn,
                 seq,
                 request,
-                lookup,
+                answer,
             } => self
                 .servers
-                .lookup_done(&self.worker, conn, seq, request, lookup),
+                .lookup_done(&self.worker, conn, seq, request, answer),
             Command::Shutdown { done } => {
                 self.done.extend(done);
                 self.stop();

@@ -11,38 +11,103 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crate::frame::{decode_request, FrameError, FrameHeader, FRAME_HEADER_LEN};
+use kvfabric_store::VerifiedBlock;
 
-/// Server side: cuts the request byte stream into checked request headers, and remembers
-/// since when the header still incomplete has been arriving (the request timeout runs from
-/// its first byte, whatever completed before it).
+use crate::config::FRAME_BYTES_CEILING;
+use crate::frame::{decode_any_request, FrameError, FrameHeader, FrameKind, FRAME_HEADER_LEN};
+use crate::receive::{BlockReceiver, PayloadSink, ReceiveError};
+
+/// Largest receive posted for a pushed block's bytes.
+const PUSH_RECV_BYTES_MAX: usize = 512 * 1024;
+
+/// One request the stream completed.
+#[derive(Debug)]
+pub(crate) enum Incoming {
+    /// A request of a header only (`Fetch`, `FetchRma`, `Release`, `Probe`).
+    Request(FrameHeader),
+    /// A `Push` and its bytes, received through the verifying receiver: the block, or why
+    /// its bytes do not hash to the id.
+    Pushed(FrameHeader, Result<VerifiedBlock, ReceiveError>),
+}
+
+impl Incoming {
+    /// The request's header.
+    pub(crate) fn header(&self) -> &FrameHeader {
+        match self {
+            Incoming::Request(h) | Incoming::Pushed(h, _) => h,
+        }
+    }
+}
+
+/// A push whose bytes are arriving.
+struct Body {
+    header: FrameHeader,
+    receiver: BlockReceiver,
+    left: u64,
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Body")
+            .field("header", &self.header)
+            .field("left", &self.left)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Server side: cuts the request byte stream into checked requests — headers, and after a
+/// `Push` header its `length` bytes, hashed as they land — and remembers since when the
+/// request still incomplete has been arriving (the request timeout runs from its first byte,
+/// whatever completed before it).
 #[derive(Debug)]
 pub(crate) struct RequestReader {
     partial: [u8; FRAME_HEADER_LEN],
     filled: usize,
     partial_since: Option<Instant>,
+    body: Option<Body>,
+    max_frame_bytes: u64,
 }
 
 impl Default for RequestReader {
     fn default() -> RequestReader {
-        RequestReader {
-            partial: [0; FRAME_HEADER_LEN],
-            filled: 0,
-            partial_since: None,
-        }
+        RequestReader::new(FRAME_BYTES_CEILING)
     }
 }
 
 impl RequestReader {
-    /// Appends bytes received at `now`; every header they complete is checked and appended
+    /// A reader taking pushed blocks of at most `max_frame_bytes`.
+    pub(crate) fn new(max_frame_bytes: u64) -> RequestReader {
+        RequestReader {
+            partial: [0; FRAME_HEADER_LEN],
+            filled: 0,
+            partial_since: None,
+            body: None,
+            max_frame_bytes,
+        }
+    }
+
+    /// Appends bytes received at `now`; every request they complete is checked and appended
     /// to `out`. The first bad header is a protocol violation (the endpoint is then closed).
     pub(crate) fn feed(
         &mut self,
         mut bytes: &[u8],
         now: Instant,
-        out: &mut Vec<FrameHeader>,
+        out: &mut Vec<Incoming>,
     ) -> Result<(), FrameError> {
         while !bytes.is_empty() {
+            if let Some(body) = &mut self.body {
+                let take = (body.left.min(bytes.len() as u64)) as usize;
+                // Within the announced length by construction: never an overrun.
+                let _ = body.receiver.push(&bytes[..take]);
+                body.left -= take as u64;
+                bytes = &bytes[take..];
+                if body.left == 0 {
+                    let body = self.body.take().expect("a body in progress");
+                    self.partial_since = None;
+                    out.push(Incoming::Pushed(body.header, body.receiver.finish()));
+                }
+                continue;
+            }
             if self.filled == 0 {
                 self.partial_since = Some(now);
             }
@@ -52,8 +117,25 @@ impl RequestReader {
             bytes = &bytes[take..];
             if self.filled == FRAME_HEADER_LEN {
                 self.filled = 0;
+                let header = decode_any_request(&self.partial, self.max_frame_bytes)?;
+                if header.kind == FrameKind::Push && header.length > 0 {
+                    let mut receiver = BlockReceiver::new(header.namespace, header.id);
+                    receiver.begin(header.length);
+                    self.body = Some(Body {
+                        header,
+                        receiver,
+                        left: header.length,
+                    });
+                    continue; // Still the same request: partial_since stays.
+                }
                 self.partial_since = None;
-                out.push(decode_request(&self.partial)?);
+                if header.kind == FrameKind::Push {
+                    let mut receiver = BlockReceiver::new(header.namespace, header.id);
+                    receiver.begin(0);
+                    out.push(Incoming::Pushed(header, receiver.finish()));
+                } else {
+                    out.push(Incoming::Request(header));
+                }
             }
         }
         Ok(())
@@ -67,13 +149,17 @@ impl RequestReader {
     /// Whether part of a header has arrived.
     #[cfg(test)]
     fn has_partial(&self) -> bool {
-        self.filled > 0
+        self.filled > 0 || self.body.is_some()
     }
 
     /// How many bytes to receive next so that at most `slots` more requests can complete:
     /// the server never reads a request it has no slot for (`serve_streams_max`), and what
     /// it does not read stays with the sender (back-pressure).
     pub(crate) fn room(&self, slots: usize) -> usize {
+        if let Some(body) = &self.body {
+            // A push's bytes: what is left of them, a bounded receive at a time.
+            return (body.left as usize).min(PUSH_RECV_BYTES_MAX);
+        }
         (slots * FRAME_HEADER_LEN).saturating_sub(self.filled)
     }
 }
@@ -215,9 +301,49 @@ mod tests {
             for piece in stream.chunks(step) {
                 r.feed(piece, t0(), &mut out).expect("valid requests");
             }
-            assert_eq!(out, (0..5).map(request).collect::<Vec<_>>(), "step {step}");
+            assert_eq!(
+                out.iter().map(|i| *i.header()).collect::<Vec<_>>(),
+                (0..5).map(request).collect::<Vec<_>>(),
+                "step {step}"
+            );
             assert!(!r.has_partial());
         }
+    }
+
+    #[test]
+    fn a_push_and_its_bytes_split_anywhere_verify_between_other_requests() {
+        use crate::conformance::sources::test_block;
+        let ns = NamespaceKey::derive("p");
+        let block = test_block(ns, 3000, 5);
+        let mut lie = block.bytes().to_vec();
+        lie[100] ^= 1;
+        let push = crate::frame::push_header(ns, block.id(), block.bytes().len() as u64);
+        let mut stream = request(1).encode().to_vec();
+        stream.extend_from_slice(&push.encode());
+        stream.extend_from_slice(block.bytes());
+        stream.extend_from_slice(&push.encode());
+        stream.extend_from_slice(&lie);
+        stream.extend_from_slice(&request(2).encode());
+        for step in [1, 50, 1000, stream.len()] {
+            let (mut r, mut out) = (RequestReader::default(), Vec::new());
+            for piece in stream.chunks(step) {
+                r.feed(piece, t0(), &mut out).expect("valid requests");
+                assert!(r.room(4) > 0);
+            }
+            assert_eq!(out.len(), 4, "step {step}");
+            assert!(matches!(&out[1], Incoming::Pushed(_, Ok(b)) if b.bytes() == block.bytes()));
+            assert!(matches!(
+                &out[2],
+                Incoming::Pushed(_, Err(ReceiveError::HashMismatch { .. }))
+            ));
+            assert_eq!(*out[3].header(), request(2));
+            assert!(!r.has_partial());
+        }
+        let mut small = RequestReader::new(1000);
+        let err = small
+            .feed(&push.encode(), t0(), &mut Vec::new())
+            .unwrap_err();
+        assert!(matches!(err, FrameError::TooLarge { .. }), "{err}");
     }
 
     #[test]
@@ -231,7 +357,10 @@ mod tests {
         let (mut r, mut out) = (RequestReader::default(), Vec::new());
         let err = r.feed(&stream, t0(), &mut out).unwrap_err();
         assert!(matches!(err, FrameError::UnexpectedKind { .. }), "{err}");
-        assert_eq!(out, vec![request(1)]);
+        assert_eq!(
+            out.iter().map(|i| *i.header()).collect::<Vec<_>>(),
+            vec![request(1)]
+        );
         let err = RequestReader::default()
             .feed(&[0xAB; FRAME_HEADER_LEN], t0(), &mut out)
             .unwrap_err();

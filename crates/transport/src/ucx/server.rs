@@ -37,13 +37,13 @@ use crate::counters::TransportCounters;
 use crate::error::TransportError;
 use crate::frame::{FrameHeader, FrameKind, FRAME_HEADER_LEN};
 use crate::lease::WORKER_ADDRESS_BYTES_MAX;
-use crate::source::{BlockSource, SourceLookup};
+use crate::source::{Accepted, BlockSource, Holding, SourceLookup};
 use crate::ucx::endpoint::Endpoint;
 use crate::ucx::listener::Listener;
-use crate::ucx::mailbox::{Command, Mailbox};
+use crate::ucx::mailbox::{Answer, Command, Mailbox};
 use crate::ucx::mapped::{Leases, MappedBlock, Staging};
 use crate::ucx::ops::Keep;
-use crate::ucx::proto::{InOrder, RequestReader};
+use crate::ucx::proto::{InOrder, Incoming, RequestReader};
 use crate::ucx::worker::{ConnId, ConnIds, ConnRequest, OpId, OpKind, Worker};
 
 /// Most requests read in one receive (bounds the receive buffer, whatever the slots).
@@ -175,7 +175,7 @@ impl Servers {
         self.counters.connections_opened();
         let mut conn = Conn {
             ep,
-            reader: RequestReader::default(),
+            reader: RequestReader::new(self.config.max_frame_bytes),
             order: InOrder::default(),
             sending: VecDeque::new(),
             lookups: HashMap::new(),
@@ -211,7 +211,8 @@ impl Servers {
             tracing::warn!(conn = id, %error, "protocol violation; closing the UCX endpoint");
             return self.end(id);
         }
-        for request in requests {
+        for incoming in requests {
+            let request = *incoming.header();
             if request.kind == FrameKind::Release {
                 // The client read the block: its bytes count as sent now.
                 match conn.leases.release(request.id) {
@@ -225,14 +226,35 @@ impl Servers {
             let seq = conn.order.push();
             let (source, mailbox) = (self.source.clone(), self.mailbox.clone());
             let timeout = self.config.fetch_timeout();
+            let pushed = match incoming {
+                Incoming::Pushed(_, Ok(block)) => Some(Some(block)),
+                Incoming::Pushed(_, Err(e)) => {
+                    self.counters.verify_failures();
+                    self.counters.pushes_rejected();
+                    tracing::warn!(conn = id, error = %e, "a pushed block failed verification");
+                    Some(None)
+                }
+                Incoming::Request(_) => None,
+            };
             let task = self.runtime.spawn(async move {
-                let lookup = source.lookup(request.namespace, request.id);
-                let lookup = tokio::time::timeout(timeout, lookup).await.ok();
+                let answer = async {
+                    match (request.kind, pushed) {
+                        (_, Some(Some(block))) => {
+                            Answer::Accepted(Some(source.accept(block).await))
+                        }
+                        (_, Some(None)) => Answer::Accepted(None),
+                        (FrameKind::Probe, None) => {
+                            Answer::Holding(source.holds(request.namespace, request.id).await)
+                        }
+                        _ => Answer::Lookup(source.lookup(request.namespace, request.id).await),
+                    }
+                };
+                let answer = tokio::time::timeout(timeout, answer).await.ok();
                 let _ = mailbox.send(Command::LookupDone {
                     conn: id,
                     seq,
                     request,
-                    lookup,
+                    answer,
                 });
             });
             conn.lookups.insert(seq, task.abort_handle());
@@ -248,14 +270,34 @@ impl Servers {
         id: ConnId,
         seq: u64,
         request: FrameHeader,
-        lookup: Option<SourceLookup>,
+        answer: Option<Answer>,
     ) {
         let Some(conn) = self.conns.get_mut(&id) else {
             return; // The endpoint closed meanwhile.
         };
         conn.lookups.remove(&seq);
-        let (kind, body) = match lookup {
-            Some(SourceLookup::Found(bytes))
+        let (kind, body) = match answer {
+            Some(Answer::Holding(Holding::Held(len))) => {
+                self.counters.probes_served();
+                (FrameKind::Held, Bytes::copy_from_slice(&len.to_le_bytes()))
+            }
+            Some(Answer::Holding(Holding::NotFound)) => {
+                self.counters.probes_served();
+                (FrameKind::NotFound, Bytes::new())
+            }
+            Some(Answer::Holding(Holding::Unavailable)) => {
+                self.counters.probes_served();
+                (FrameKind::Unavailable, Bytes::new())
+            }
+            Some(Answer::Accepted(Some(Accepted::Stored))) => {
+                self.counters.pushes_stored();
+                (FrameKind::Stored, Bytes::new())
+            }
+            Some(Answer::Accepted(Some(Accepted::Unavailable))) => {
+                (FrameKind::Unavailable, Bytes::new())
+            }
+            Some(Answer::Accepted(None)) => (FrameKind::Rejected, Bytes::new()),
+            Some(Answer::Lookup(SourceLookup::Found(bytes)))
                 if bytes.len() as u64 <= self.config.max_frame_bytes =>
             {
                 if request.kind == FrameKind::FetchRma {
@@ -269,7 +311,7 @@ impl Servers {
                     (FrameKind::Block, bytes)
                 }
             }
-            Some(SourceLookup::Found(bytes)) => {
+            Some(Answer::Lookup(SourceLookup::Found(bytes))) => {
                 tracing::warn!(
                     id = %request.id,
                     len = bytes.len(),
@@ -278,8 +320,10 @@ impl Servers {
                 );
                 (FrameKind::Unavailable, Bytes::new())
             }
-            Some(SourceLookup::NotFound) => (FrameKind::NotFound, Bytes::new()),
-            Some(SourceLookup::Unavailable) => (FrameKind::Unavailable, Bytes::new()),
+            Some(Answer::Lookup(SourceLookup::NotFound)) => (FrameKind::NotFound, Bytes::new()),
+            Some(Answer::Lookup(SourceLookup::Unavailable)) => {
+                (FrameKind::Unavailable, Bytes::new())
+            }
             None => {
                 self.counters.timeouts();
                 tracing::warn!(

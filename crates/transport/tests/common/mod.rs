@@ -54,6 +54,22 @@ impl TransportFactory for QuicFactory {
     }
 }
 
+impl kvfabric_transport::conformance::messages::MessengerFactory for QuicFactory {
+    type T = QuicTransport;
+
+    fn build_with_channels(
+        &self,
+        config: TransportConfig,
+        source: Arc<dyn BlockSource>,
+        channels: Vec<kvfabric_transport::Channel>,
+    ) -> TransportFuture<'_, Result<QuicTransport, TransportError>> {
+        Box::pin(async move {
+            let identity = self.ca.issue(&self.next_name())?;
+            QuicTransport::bind_with_channels(config, &identity, loopback(), source, channels).await
+        })
+    }
+}
+
 /// A hand-rolled QUIC peer speaking (or breaking) the protocol, on its own runtime so that
 /// [`RawPeer::kill`] can make it vanish at once: no close frame, no more packets.
 pub struct RawPeer {
@@ -76,7 +92,12 @@ impl RawPeer {
             .enable_all()
             .build()
             .expect("runtime");
-        let config = tuning::server_config(&TransportConfig::default(), identity).expect("config");
+        let config = tuning::server_config(
+            &TransportConfig::default(),
+            identity,
+            &[kvfabric_transport::quic::tls::ALPN],
+        )
+        .expect("config");
         let endpoint = {
             let _enter = rt.enter();
             quinn::Endpoint::server(config, loopback()).expect("bind")
@@ -125,7 +146,12 @@ pub async fn read_request(recv: &mut quinn::RecvStream) -> FrameHeader {
 pub async fn raw_connect(identity: &NodeIdentity, peer: &PeerAddr) -> quinn::Connection {
     let mut endpoint = quinn::Endpoint::client(loopback()).expect("client endpoint");
     endpoint.set_default_client_config(
-        tuning::client_config(&TransportConfig::default(), identity).expect("config"),
+        tuning::client_config(
+            &TransportConfig::default(),
+            identity,
+            kvfabric_transport::quic::tls::ALPN,
+        )
+        .expect("config"),
     );
     endpoint
         .connect(peer.addr, &peer.name)

@@ -2,8 +2,10 @@
 //!
 //! Each calls one fabric method ([`kvfabric_core::Fabric::get_variant`], `head`, `delete`). On a
 //! cluster node a `GET` that misses locally is served from another owner, named in
-//! `kvfabric-source: n<owner>`; `HEAD` answers from this node's tiers only; a `DELETE` that
-//! drops the node's reference also releases its ownership record in the directory.
+//! `kvfabric-source: n<owner>`; `HEAD` answers as `GET` would (an owner's probe answer when
+//! this node holds none), moving nothing; both answer 503 `owners_unreachable` when owners
+//! exist but none served, 404 only when none is known or all said they hold none. A
+//! `DELETE` that drops the node's reference also releases its ownership record.
 //!
 //! A block is visible only in the namespace it was sealed in (and in shared namespaces to
 //! every valid token). Input is checked before the lookup, and the lookup is by
@@ -88,7 +90,9 @@ pub(crate) async fn get_block(
     Ok(resp)
 }
 
-/// `HEAD /v1/blocks/{id}`: whether the caller can read it, its length and tier; no read.
+/// `HEAD /v1/blocks/{id}`: the status a `GET` would answer, with its length, tier and
+/// `kvfabric-source` (`local`, or the owner that answered a probe); no bytes are read or
+/// moved.
 pub(crate) async fn head_block(
     State(app): State<AppState>,
     headers: HeaderMap,
@@ -99,12 +103,12 @@ pub(crate) async fn head_block(
     let id = headers::block_id(uri.path())?;
     let q = headers::read_query(uri.query())?;
     let head = match q.variant {
-        0 => fabric.head(&read, id),
+        0 => fabric.head(&read, id).await,
         v => fabric.head_variant(&read, id, v),
     }
     .map_err(ApiError::from_fabric)?;
     let mut resp = StatusCode::OK.into_response();
-    block_headers(&mut resp, head.tier, head.payload_len, None, None);
+    block_headers(&mut resp, head.tier, head.payload_len, None, head.source);
     Ok(resp)
 }
 

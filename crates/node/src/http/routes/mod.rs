@@ -3,8 +3,8 @@
 //! | method, path | success | refusals |
 //! |---|---|---|
 //! | `PUT /v1/blocks` | 201 put response (`replicas`: verified copies) | 400, 401, 403, 408, 413, 503, 507 |
-//! | `GET /v1/blocks/{id}` (`?position=P`) | 200 payload | 400, 401, 403, 404 |
-//! | `HEAD /v1/blocks/{id}` | 200 (length, source, tier) | 400, 401, 403, 404 |
+//! | `GET /v1/blocks/{id}` (`?position=P`) | 200 payload | 400, 401, 403, 404, 503 `owners_unreachable` |
+//! | `HEAD /v1/blocks/{id}` | what GET would answer (length, source, tier), no body | 400, 401, 403, 404, 503 `owners_unreachable` |
 //! | `DELETE /v1/blocks/{id}` | 204 | 400, 401, 403, 404 |
 //! | `POST /v1/lookup` (`?consistency=local\|linearizable`) | 200 results | 400, 401, 403, 408, 413, 503 |
 //! | `POST /v1/route` | 200 nodes ranked best first | 400, 401, 403, 408, 413, 503 |
@@ -26,7 +26,8 @@
 //! distinct nodes, else 503 `replication_incomplete` (the message names the block and how many
 //! copies exist; the local copy stays) or 503 `directory_unavailable` (ownership could not be
 //! recorded); a get that misses locally fetches from the block's live owners and names the
-//! one that served it in `kvfabric-source`; `/readyz` also waits for the node to have joined
+//! one that served it in `kvfabric-source` (503 `owners_unreachable` when owners exist but none
+//! served it; a head answers the same, from a probe); `/readyz` also waits for the node to have joined
 //! the directory, a leader and its own join applied. Node-to-node requests are not HTTP routes:
 //! they travel on the cluster's mutually authenticated QUIC endpoints (see `cluster::control`).
 //!

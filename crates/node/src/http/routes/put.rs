@@ -40,6 +40,8 @@ struct PutResponse {
     bytes: u64,
     /// Nodes holding a verified copy.
     replicas: u32,
+    /// The nodes that acknowledged holding one (`n<id>`, this node first).
+    holders: Vec<String>,
     /// Which of this node's blocks under the id it is, when not the first (a dedup
     /// collision: read it with `?variant=`); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -138,6 +140,7 @@ pub(crate) async fn put_block(
         dedup: done.dedup.name(),
         bytes: done.bytes.0,
         replicas: done.replicas,
+        holders: done.holders.iter().map(|n| n.to_string()).collect(),
         variant: (done.variant > 0).then_some(done.variant),
     };
     Ok((StatusCode::CREATED, super::json(&resp)).into_response())

@@ -134,14 +134,14 @@ impl Clients {
         self.conns.contains_key(&conn)
     }
 
-    /// Starts a fetch: connects if needed, sends the request, awaits the response.
+    /// Starts a fetch (or a probe, or a push with its `body`): connects if needed, sends the
+    /// request, awaits the response.
     pub(crate) fn fetch(
         &mut self,
         worker: &Worker,
         ids: &mut ConnIds,
         token: u64,
-        peer: PeerAddr,
-        request: FrameHeader,
+        (peer, request, body): (PeerAddr, FrameHeader, Option<bytes::Bytes>),
         receipt: Box<dyn Receipt>,
     ) {
         let id = match self.connection(worker, ids, &peer) {
@@ -153,6 +153,11 @@ impl Clients {
         };
         conn.ep
             .send(OpKind::Request, Keep::Header(Box::new(request.encode())));
+        if let Some(body) = body {
+            // A pushed block's bytes, sent as they are, kept alive until UCX is done.
+            self.counters.add_bytes_out(body.len() as u64);
+            conn.ep.send(OpKind::Request, Keep::Bytes(body));
+        }
         conn.awaiting.push_back(Fetch {
             token,
             request,

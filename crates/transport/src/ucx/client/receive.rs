@@ -74,7 +74,9 @@ impl Clients {
             }
         };
         match response.kind {
-            FrameKind::Block => {
+            // A probe's `Held` carries the stored length; a push's `Stored` nothing: both are
+            // payloads of their receipts (the latter of length 0, complete at once).
+            FrameKind::Block | FrameKind::Held | FrameKind::Stored => {
                 let mut plan = PayloadPlan::new(response.length, self.config.ucx.recv_chunk_bytes);
                 if let Some(front) = conn.awaiting.front_mut() {
                     front.receipt.begin(response.length);
@@ -90,11 +92,17 @@ impl Clients {
                 let peer = conn.peer.clone();
                 self.fail_front(id, TransportError::NotFound { peer, id: id_asked });
             }
+            FrameKind::Rejected => {
+                let peer = conn.peer.clone();
+                self.fail_front(id, TransportError::Rejected { peer, id: id_asked });
+            }
             // decode_response lets only the answers to the request's kind through.
             FrameKind::Unavailable
             | FrameKind::Fetch
             | FrameKind::FetchRma
-            | FrameKind::Release => {
+            | FrameKind::Release
+            | FrameKind::Push
+            | FrameKind::Probe => {
                 let peer = conn.peer.clone();
                 self.fail_front(id, TransportError::Unavailable { peer, id: id_asked });
             }

@@ -1,0 +1,230 @@
+//! The client's exchanges besides fetches: pushing a block, probing for one, and channel
+//! messages. Each is one bidirectional stream on the pooled connection for its channel,
+//! bounded in time, counted.
+
+use std::time::Duration;
+
+use kvfabric_store::{BlockId, NamespaceKey, VerifiedBlock};
+use quinn::{Connection, ReadExactError};
+
+use super::client::{ChannelIndex, Client, BLOCKS};
+use super::errors;
+use crate::error::TransportError;
+use crate::frame::{
+    decode_response, push_header, FrameError, FrameHeader, FrameKind, FRAME_HEADER_LEN, HELD_LENGTH,
+};
+use crate::message::{Channel, MESSAGE_LEN_BYTES};
+use crate::peer::PeerAddr;
+
+impl Client {
+    /// Pushes `block` to `peer` and waits for its answer, bounded by `fetch_timeout_ms`.
+    pub(crate) async fn push(
+        &self,
+        peer: &PeerAddr,
+        block: &VerifiedBlock,
+    ) -> Result<(), TransportError> {
+        let attempt = async {
+            let _permit = self
+                .fetch_slots
+                .acquire()
+                .await
+                .map_err(|_| TransportError::Closed)?;
+            let conn = self.connection(peer, BLOCKS).await?;
+            self.push_on(&conn, peer, block).await
+        };
+        let r = self.bounded(peer, "push", attempt).await;
+        match &r {
+            Ok(()) => self.counters.pushes_ok(),
+            Err(_) => self.counters.pushes_failed(),
+        }
+        r
+    }
+
+    /// Asks `peer` whether it holds `id`: its stored length, or why not.
+    pub(crate) async fn probe(
+        &self,
+        peer: &PeerAddr,
+        namespace: NamespaceKey,
+        id: BlockId,
+    ) -> Result<u64, TransportError> {
+        let attempt = async {
+            let conn = self.connection(peer, BLOCKS).await?;
+            self.probe_on(&conn, peer, namespace, id).await
+        };
+        let r = self.bounded(peer, "probe", attempt).await;
+        match &r {
+            Ok(_) | Err(TransportError::NotFound { .. } | TransportError::Unavailable { .. }) => {
+                self.counters.probes_ok()
+            }
+            Err(_) => self.counters.probes_failed(),
+        }
+        r
+    }
+
+    /// Sends one message on `channel` (index `index`) to `peer`, within `limit`.
+    pub(crate) async fn call(
+        &self,
+        channel: &Channel,
+        index: ChannelIndex,
+        peer: &PeerAddr,
+        request: Vec<u8>,
+        limit: Duration,
+    ) -> Result<Vec<u8>, TransportError> {
+        channel.check_len(peer, request.len())?;
+        let attempt = async {
+            let conn = self.connection(peer, index).await?;
+            let (mut send, mut recv) = conn
+                .open_bi()
+                .await
+                .map_err(|e| errors::connection(peer, e))?;
+            let len = (request.len() as u32).to_le_bytes();
+            send.write_all(&len)
+                .await
+                .map_err(|e| errors::write(peer, e))?;
+            send.write_all(&request)
+                .await
+                .map_err(|e| errors::write(peer, e))?;
+            send.finish().ok();
+            let mut len = [0u8; MESSAGE_LEN_BYTES];
+            recv.read_exact(&mut len)
+                .await
+                .map_err(|e| errors::read_exact(peer, e))?;
+            let len = u32::from_le_bytes(len) as usize;
+            channel.check_len(peer, len)?;
+            let mut body = vec![0u8; len];
+            recv.read_exact(&mut body)
+                .await
+                .map_err(|e| errors::read_exact(peer, e))?;
+            Ok(body)
+        };
+        let r = match tokio::time::timeout(limit, attempt).await {
+            Ok(r) => r,
+            Err(_) => {
+                self.counters.timeouts();
+                Err(TransportError::Timeout {
+                    peer: peer.clone(),
+                    what: "message",
+                    after_ms: limit.as_millis() as u64,
+                })
+            }
+        };
+        match &r {
+            Ok(_) => self.counters.messages_ok(),
+            Err(_) => {
+                self.counters.messages_failed();
+                // The connection's state is unknown (a dead peer looks like a slow one): the
+                // next message dials again.
+                self.evict(peer, index);
+            }
+        }
+        r
+    }
+
+    /// `work`, bounded by `fetch_timeout_ms` (a timeout is counted and typed as `what`).
+    async fn bounded<T>(
+        &self,
+        peer: &PeerAddr,
+        what: &'static str,
+        work: impl std::future::Future<Output = Result<T, TransportError>>,
+    ) -> Result<T, TransportError> {
+        match tokio::time::timeout(self.config.fetch_timeout(), work).await {
+            Ok(r) => r,
+            Err(_) => {
+                self.counters.timeouts();
+                Err(TransportError::Timeout {
+                    peer: peer.clone(),
+                    what,
+                    after_ms: self.config.fetch_timeout_ms,
+                })
+            }
+        }
+    }
+
+    /// Reads and checks the answer header to `request` on `recv`.
+    async fn answer(
+        &self,
+        conn: &Connection,
+        peer: &PeerAddr,
+        recv: &mut quinn::RecvStream,
+        request: &FrameHeader,
+    ) -> Result<FrameHeader, TransportError> {
+        let mut head = [0u8; FRAME_HEADER_LEN];
+        match recv.read_exact(&mut head).await {
+            Ok(()) => {}
+            Err(ReadExactError::FinishedEarly(found)) => {
+                let error = FrameError::Truncated {
+                    expected: FRAME_HEADER_LEN,
+                    found,
+                };
+                return Err(self.violation(conn, peer, error));
+            }
+            Err(e) => return Err(errors::read_exact(peer, e)),
+        }
+        self.counters.add_bytes_in(FRAME_HEADER_LEN as u64);
+        decode_response(&head, request, self.config.max_frame_bytes)
+            .map_err(|e| self.violation(conn, peer, e))
+    }
+
+    async fn push_on(
+        &self,
+        conn: &Connection,
+        peer: &PeerAddr,
+        block: &VerifiedBlock,
+    ) -> Result<(), TransportError> {
+        let (mut send, mut recv) = conn
+            .open_bi()
+            .await
+            .map_err(|e| errors::connection(peer, e))?;
+        let bytes = block.bytes();
+        let request = push_header(block.namespace(), block.id(), bytes.len() as u64);
+        send.write_all(&request.encode())
+            .await
+            .map_err(|e| errors::write(peer, e))?;
+        send.write_all(bytes)
+            .await
+            .map_err(|e| errors::write(peer, e))?;
+        send.finish().ok();
+        self.counters
+            .add_bytes_out((FRAME_HEADER_LEN + bytes.len()) as u64);
+        let answer = self.answer(conn, peer, &mut recv, &request).await?;
+        let (peer, id) = (peer.clone(), block.id());
+        match answer.kind {
+            FrameKind::Stored => Ok(()),
+            FrameKind::Rejected => Err(TransportError::Rejected { peer, id }),
+            // decode_response lets only Stored, Rejected and Unavailable answer a Push.
+            _ => Err(TransportError::Unavailable { peer, id }),
+        }
+    }
+
+    async fn probe_on(
+        &self,
+        conn: &Connection,
+        peer: &PeerAddr,
+        namespace: NamespaceKey,
+        id: BlockId,
+    ) -> Result<u64, TransportError> {
+        let (mut send, mut recv) = conn
+            .open_bi()
+            .await
+            .map_err(|e| errors::connection(peer, e))?;
+        let request = FrameHeader::request(FrameKind::Probe, namespace, id);
+        send.write_all(&request.encode())
+            .await
+            .map_err(|e| errors::write(peer, e))?;
+        send.finish().ok();
+        let answer = self.answer(conn, peer, &mut recv, &request).await?;
+        let peer = peer.clone();
+        match answer.kind {
+            FrameKind::Held => {
+                let mut len = [0u8; HELD_LENGTH as usize];
+                recv.read_exact(&mut len)
+                    .await
+                    .map_err(|e| errors::read_exact(&peer, e))?;
+                Ok(u64::from_le_bytes(len))
+            }
+            FrameKind::NotFound => Err(TransportError::NotFound { peer, id }),
+            // decode_response lets only Held, NotFound and Unavailable answer a Probe.
+            _ => Err(TransportError::Unavailable { peer, id }),
+        }
+    }
+}
