@@ -117,6 +117,16 @@ impl Rig {
         self.c.restart(n);
         let c = &self.c;
         c.wait_for(&format!("n{n} ready again"), || c.ready(n).then_some(()));
+        // Every member sees every member healthy again before the next put pushes to it.
+        c.wait_for(&format!("n{n} healthy in every view"), || {
+            NODES
+                .iter()
+                .all(|m| {
+                    c.view(*m)
+                        .is_some_and(|v| v.healthy.iter().all(|(_, h)| *h))
+                })
+                .then_some(())
+        });
     }
 
     fn metric_sum(&self, name: &str) -> f64 {
