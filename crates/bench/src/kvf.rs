@@ -1,242 +1,244 @@
-//! The kvfabric side: 3 directory members in this process, each on its own QUIC endpoint on
-//! loopback carrying the Raft channel as a node's does (mTLS under a fresh cluster CA), each
-//! with its own store (a WAL for the log, redb for the snapshot).
+//! The kvfabric side: a 3-node cluster of `kvfabric node` processes started with `cluster up`
+//! (each a directory member with its own store, Raft over QUIC mTLS between them, with etcd's
+//! default Raft timing: [`RAFT_TIMING`]), driven
+//! through each node's HTTP API like any client: registrations with
+//! `POST /v1/operator/claims` (one record per request, then batches), lookups with
+//! `POST /v1/lookup` at both consistencies. Client `c` talks to node `c % 3` (followers
+//! forward to the leader, as a node's own registrations do). The cluster is stopped with
+//! `cluster down` whatever happens, and the run checks no node is left.
 
-use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::Context;
-use kvfabric_core::cluster::net::{raft_channel, RaftNet};
-use kvfabric_directory::{
-    Batcher, Directory, DirectoryConfig, NodeId, ReadConsistency, ShardId, SystemClock,
-};
-use kvfabric_progress::{Progress, Unit};
-use kvfabric_store::Tier;
-use kvfabric_transport::{
-    MemorySource, Messenger, NodeIdentity, QuicTransport, Transport, TransportConfig,
-};
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
 
-use crate::report::{block_of, dir_bytes, pick, rss_bytes, Latency, Side};
+use crate::drive::closed_loop;
+use crate::report::{block_of, dir_bytes, key_of, pick, rss_bytes, Latency, Side, BATCH_RECORDS};
 use crate::DirectoryArgs;
+use kvfabric_tools::cluster::{layout, procs};
+use kvfabric_tools::demo;
 
-/// Members of the group.
-const MEMBERS: u64 = 3;
-/// Longest wait for a leader, or for followers to apply every record.
-const SETTLE_MS_MAX: u64 = 60_000;
+/// Raft timing of the bench's nodes: etcd's defaults (heartbeat 100 ms, election timeout
+/// 1000 ms, which etcd draws up to twice), the same as the etcd side runs with, and the
+/// directory's default RPC bound (2 s). The node's own failover timing (elections after
+/// 200–350 ms, RPCs cut at 1 s) changed leaders a dozen times in a minute when other builds
+/// held the two cores, and with 1 s RPCs batched claims ran into the 10 s write bound in 2 of
+/// 3 runs of the test there (none in the runs since).
+const RAFT_TIMING: [&str; 4] = [
+    "heartbeat_interval_ms=100",
+    "election_timeout_min_ms=1000",
+    "election_timeout_max_ms=2000",
+    "rpc_timeout_ms=2000",
+];
+/// Nodes (directory members) started.
+const NODES: u64 = 3;
+/// Longest one HTTP call may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest answer read (a lookup's JSON).
+const ANSWER_BYTES_MAX: u64 = 1 << 20;
 
-struct Member {
-    dir: Directory,
-    net: Arc<QuicTransport>,
+/// Runs the kvfabric side in `work` (a fresh cluster directory).
+pub(super) fn run(a: &DirectoryArgs, work: &Path) -> anyhow::Result<Side> {
+    std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
+    let delay = a
+        .batch_delay_ms
+        .map(|ms| format!("batch_delay_ms_max={ms}"));
+    let mut up = vec!["--nodes", "3", "--timeout-s", "120"];
+    for timing in RAFT_TIMING {
+        up.extend(["--cluster-set", timing]);
+    }
+    if let Some(d) = &delay {
+        up.extend(["--cluster-set", d.as_str()]);
+    }
+    let result = demo::cluster_command(work, "up", &up).and_then(|()| measure(a, work));
+    let down = stop(work);
+    match (result, down) {
+        (Ok(side), Ok(())) => Ok(side),
+        (Err(e), _) => Err(e),
+        (Ok(_), Err(d)) => Err(d.context("stopping the kvfabric cluster")),
+    }
 }
 
-/// Runs the kvfabric side in `work`.
-pub(super) async fn run(a: &DirectoryArgs, work: &Path) -> anyhow::Result<Side> {
-    let certs = work.join("certs");
-    kvfabric_transport::generate_cluster(&certs, MEMBERS as u32)
-        .with_context(|| format!("writing certificates into {}", certs.display()))?;
-    let defaults = DirectoryConfig::default();
-    let config = DirectoryConfig {
-        // Leases must outlive the run: an expired lease purges the node's records.
-        lease_ms: 24 * 3_600_000,
-        batch_delay_ms_max: a.batch_delay_ms.unwrap_or(defaults.batch_delay_ms_max),
-        ..defaults
+/// Stops the cluster in `work` (if one was started) and checks no node is left.
+pub(super) fn stop(work: &Path) -> anyhow::Result<()> {
+    if !layout::config_path(work, 1).exists() {
+        return Ok(());
+    }
+    demo::cluster_command(work, "down", &["--grace-s", "10"])?;
+    demo::none_running(work)
+}
+
+/// One client's connection: a keep-alive agent, its node, the operator's token.
+struct Conn {
+    agent: ureq::Agent,
+    node: String,
+    auth: String,
+}
+
+impl Conn {
+    fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        let mut r = self
+            .agent
+            .post(format!("{}{path}", self.node))
+            .header("authorization", &self.auth)
+            .header("content-type", "application/json")
+            .send(serde_json::to_vec(body)?.as_slice())
+            .with_context(|| format!("POST {}{path}", self.node))?;
+        let status = r.status();
+        let text = r
+            .body_mut()
+            .with_config()
+            .limit(ANSWER_BYTES_MAX)
+            .read_to_string()?;
+        if !status.is_success() {
+            bail!(
+                "POST {}{path}: expected 200, found {status}: {}",
+                self.node,
+                text.chars().take(300).collect::<String>()
+            );
+        }
+        Ok(serde_json::from_str(&text)?)
+    }
+
+    /// Claims records `range` in one request.
+    fn claim(&self, range: std::ops::Range<u64>) -> anyhow::Result<()> {
+        let n = range.end - range.start;
+        let claims: Vec<Value> = range
+            .map(|i| json!({"block": block_of(i).to_hex(), "key": key_of(i)}))
+            .collect();
+        let v = self.post("/v1/operator/claims", &json!({ "claims": claims }))?;
+        anyhow::ensure!(
+            v.get("claimed").and_then(Value::as_u64) == Some(n),
+            "claims: expected {{\"claimed\": {n}}}, found {v}"
+        );
+        Ok(())
+    }
+
+    /// Looks record `i` up by its chunk key; it must resolve to its block with one owner.
+    fn lookup(&self, i: u64, consistency: &str) -> anyhow::Result<()> {
+        let v = self.post(
+            &format!("/v1/lookup?consistency={consistency}"),
+            &json!({"keys": [key_of(i)]}),
+        )?;
+        let r = v.pointer("/results/0");
+        let block = r.and_then(|r| r.get("block")).and_then(Value::as_str);
+        let owners = r
+            .and_then(|r| r.get("owners"))
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        anyhow::ensure!(
+            block == Some(block_of(i).to_hex().as_str()) && owners == 1,
+            "lookup of record {i}: expected its block with one owner, found {v}"
+        );
+        Ok(())
+    }
+}
+
+fn connect(urls: &[String], token: &str, c: usize) -> Conn {
+    Conn {
+        agent: ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(CALL_TIMEOUT))
+            .build()
+            .into(),
+        node: urls[c % urls.len()].clone(),
+        auth: format!("Bearer {token}"),
+    }
+}
+
+fn measure(a: &DirectoryArgs, work: &Path) -> anyhow::Result<Side> {
+    let urls = demo::node_urls(work)?;
+    let token = layout::read_operator_token(work)?;
+    let conn = |c: usize| -> anyhow::Result<Conn> { Ok(connect(&urls, &token, c)) };
+    let pids: Vec<u32> = (1..=NODES)
+        .map(|id| procs::read_pid(&layout::pid_path(work, id)))
+        .collect::<anyhow::Result<Vec<_>>>()?
+        .into_iter()
+        .flatten()
+        .map(|p| p as u32)
+        .collect();
+    let rss = || pids.iter().filter_map(|p| rss_bytes(*p)).sum::<u64>();
+    let disk = || {
+        (1..=NODES)
+            .map(|id| dir_bytes(&layout::data_path(work, id)))
+            .sum::<u64>()
     };
-    config.validate()?;
-    println!(
-        "kvfabric: batch_records_max {}, batch_delay_ms_max {}",
-        config.batch_records_max, config.batch_delay_ms_max
-    );
-    // Each member's one QUIC endpoint, carrying the Raft channel as a node's does.
-    let mut nets = Vec::new();
-    let mut peers = BTreeMap::new();
-    for i in 1..=MEMBERS {
-        let identity = NodeIdentity::load_from_dir(&certs, &format!("node{i}"))
-            .with_context(|| format!("loading node{i}'s identity"))?;
-        let net = QuicTransport::bind_with_channels(
-            TransportConfig::default(),
-            &identity,
-            "127.0.0.1:0".parse().expect("an address"),
-            Arc::new(MemorySource::new()),
-            vec![raft_channel(&config)],
-        )
-        .await?;
-        peers.insert(NodeId(i), net.local_peer());
-        nets.push(Arc::new(net));
-    }
-    let mut members = Vec::new();
-    let mut addrs = BTreeMap::new();
-    for (i, net) in (1..=MEMBERS).zip(nets) {
-        let raft = Arc::new(RaftNet::new(net.clone(), peers.clone(), &config));
-        let dir = Directory::open(
-            NodeId(i),
-            ShardId(0),
-            &work.join(format!("n{i}")),
-            config.clone(),
-            raft.clone(),
-            Arc::new(SystemClock),
-        )
-        .await?;
-        net.serve(raft_channel(&config), raft.server(dir.rpc_server()))?;
-        addrs.insert(NodeId(i), peers[&NodeId(i)].addr.to_string());
-        members.push(Member { dir, net });
-    }
-    let result = measure(a, work, &members, addrs).await;
-    for m in &members {
-        let _ = tokio::time::timeout(Duration::from_secs(5), m.dir.shutdown()).await;
-        m.net.close().await;
-    }
-    result
-}
 
-async fn measure(
-    a: &DirectoryArgs,
-    work: &Path,
-    members: &[Member],
-    addrs: BTreeMap<NodeId, String>,
-) -> anyhow::Result<Side> {
-    members[0].dir.initialize(addrs).await?;
-    // One bench "node" per member, each registering through its member's batcher (followers
-    // forward to the leader, as in the node).
-    let deadline = Instant::now() + Duration::from_millis(SETTLE_MS_MAX);
-    let mut batchers = Vec::new();
-    for (j, m) in members.iter().enumerate() {
-        let node = NodeId(101 + j as u64);
-        let epoch = loop {
-            match m.dir.join(node).await {
-                Ok(e) => break e,
-                Err(e) if Instant::now() < deadline => {
-                    tracing::debug!(error = %e, "waiting for a leader");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(e) => return Err(e).context("no leader within the settle time"),
-            }
-        };
-        batchers.push(Arc::new(Batcher::spawn(m.dir.clone(), node, epoch)));
-    }
-    let leader = members[0].dir.current_leader();
     println!(
-        "kvfabric: leader {leader:?}; registering {} records",
+        "kvfabric: registering {} records, one per request",
         a.records
     );
+    let (rss_before, disk_before) = (rss(), disk());
+    let one = closed_loop(
+        a.clients,
+        a.records,
+        "kvfabric registrations",
+        "records",
+        conn,
+        |c, i| c.claim(i..i + 1),
+    )?;
+    let (rss_after, disk_after) = (rss(), disk());
+    println!(
+        "kvfabric: {} records committed in {:.2} s",
+        a.records, one.seconds
+    );
 
-    let rss_before = rss_bytes(std::process::id()).unwrap_or(0);
-    let disk_before = store_bytes(work);
-    let t0 = Instant::now();
-    let bar = Progress::new("kvfabric registrations", a.records, Unit::Items("records"));
-    let mut tasks = tokio::task::JoinSet::new();
-    for c in 0..a.clients {
-        let batcher = batchers[c % batchers.len()].clone();
-        let (records, clients, bar) = (a.records, a.clients as u64, bar.clone());
-        tasks.spawn(async move {
-            let mut i = c as u64;
-            while i < records {
-                batcher.claim(block_of(i), Tier::Host, None).await?;
-                bar.inc(1);
-                i += clients;
-            }
-            Ok::<(), kvfabric_directory::DirectoryError>(())
-        });
-    }
-    while let Some(r) = tasks.join_next().await {
-        r.context("a registration client panicked")??;
-    }
-    let reg_s = t0.elapsed().as_secs_f64();
-    bar.finish();
-    for b in batchers {
-        if let Some(b) = Arc::into_inner(b) {
-            b.close().await;
-        }
-    }
-    // Every replica must hold every record before anything is read or measured.
-    for m in members {
-        loop {
-            let n = m.dir.view().read(|s| s.block_count()) as u64;
-            if n == a.records {
-                break;
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline + Duration::from_secs_f64(reg_s),
-                "member {} applied {n} of {} records",
-                m.dir.id().0,
-                a.records
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-    let rss_after = rss_bytes(std::process::id()).unwrap_or(0);
-    let disk_after = store_bytes(work);
-    let per = |b: u64, a2: u64| a2.saturating_sub(b) as f64 / a.records as f64 / MEMBERS as f64;
-    let reg_per_s = a.records as f64 / reg_s;
-    println!("kvfabric: {} records committed in {reg_s:.2} s", a.records);
+    let batches = a.records.div_ceil(BATCH_RECORDS);
+    println!(
+        "kvfabric: registering {} more records, {BATCH_RECORDS} per request",
+        a.records
+    );
+    let (first, end) = (a.records, 2 * a.records);
+    let batched = closed_loop(
+        a.clients,
+        batches,
+        "kvfabric batched registrations",
+        "requests",
+        conn,
+        |c, b| {
+            let from = first + b * BATCH_RECORDS;
+            c.claim(from..(from + BATCH_RECORDS).min(end))
+        },
+    )?;
+    println!(
+        "kvfabric: {} records committed in {:.2} s",
+        a.records, batched.seconds
+    );
 
-    let local = lookups(a, members, ReadConsistency::Local).await?;
-    let linearizable = lookups(a, members, ReadConsistency::Linearizable).await?;
+    // A linearizable read on every node first: each has then applied every record, so a
+    // local read finds it.
+    for c in 0..urls.len() {
+        connect(&urls, &token, c).lookup(end - 1, "linearizable")?;
+    }
+    let lookups = |consistency: &'static str| -> anyhow::Result<Latency> {
+        let r = closed_loop(
+            a.clients,
+            a.lookups,
+            &format!("kvfabric {consistency} lookups"),
+            "lookups",
+            conn,
+            |c, k| c.lookup(pick(k, end), consistency),
+        )?;
+        Ok(Latency::of(r.samples))
+    };
+    let local = lookups("local")?;
+    let linearizable = lookups("linearizable")?;
+    let per = |b: u64, a2: u64| a2.saturating_sub(b) as f64 / a.records as f64 / NODES as f64;
     Ok(Side {
-        reg_per_s,
-        reg_batched: None,
+        reg_per_s: a.records as f64 / one.seconds,
+        batched_per_s: a.records as f64 / batched.seconds,
         local,
         linearizable,
         mem: vec![
             (
-                "RSS growth of this process over the registrations / records / 3 in-process replicas".into(),
+                "RSS growth of the 3 node processes over the one-per-request registrations / records / 3".into(),
                 per(rss_before, rss_after),
             ),
             (
-                "store growth (WAL + redb snapshot) / records / 3 members".into(),
+                "data dir growth (WAL + redb snapshot) / records / 3".into(),
                 per(disk_before, disk_after),
             ),
         ],
     })
-}
-
-/// Bytes on disk of every member's store: its redb file (snapshot) and its WAL directory
-/// (the log, with up to a MiB of zeroed space ahead of the write position).
-fn store_bytes(work: &Path) -> u64 {
-    (1..=MEMBERS)
-        .map(|i| {
-            dir_bytes(&work.join(format!("n{i}"))) + dir_bytes(&work.join(format!("n{i}.wal")))
-        })
-        .sum()
-}
-
-/// `a.lookups` lookups at `consistency` from `a.clients` concurrent clients spread over the
-/// members; every looked-up record must have its owner.
-async fn lookups(
-    a: &DirectoryArgs,
-    members: &[Member],
-    consistency: ReadConsistency,
-) -> anyhow::Result<Latency> {
-    let bar = Progress::new(
-        &format!("kvfabric {consistency:?} lookups").to_lowercase(),
-        a.lookups,
-        Unit::Items("lookups"),
-    );
-    let mut tasks = tokio::task::JoinSet::new();
-    for c in 0..a.clients {
-        let dir = members[c % members.len()].dir.clone();
-        let (lookups, clients, records) = (a.lookups, a.clients as u64, a.records);
-        let bar = bar.clone();
-        tasks.spawn(async move {
-            let mut samples = Vec::new();
-            let mut k = c as u64;
-            while k < lookups {
-                let block = block_of(pick(k, records));
-                let t = Instant::now();
-                let owners = dir.owners(&block, consistency).await?;
-                samples.push(t.elapsed());
-                anyhow::ensure!(owners.len() == 1, "block {block:?}: owners {owners:?}");
-                bar.inc(1);
-                k += clients;
-            }
-            Ok::<_, anyhow::Error>(samples)
-        });
-    }
-    let mut all = Vec::new();
-    while let Some(r) = tasks.join_next().await {
-        all.extend(r.context("a lookup client panicked")??);
-    }
-    bar.finish();
-    Ok(Latency::of(all))
 }

@@ -6,13 +6,11 @@
 //! it started.
 //!
 //! `kvfabric bench directory`: ownership registrations and lookups on kvfabric's directory
-//! (3 members on loopback over the real Raft-over-QUIC network with mTLS) against etcd
-//! (3 members started here on loopback, written through its v3 JSON gateway with the same
-//! client concurrency), in one run; prints a table and, last, `ratio registrations_over_etcd`.
-//!
-//! The kvfabric members run in this process (the node has no API for raw ownership records),
-//! each with its own QUIC Raft endpoint, certificate and store (WAL + redb); registrations go through
-//! the [`kvfabric_directory::Batcher`], the production write path.
+//! against etcd, in one run, with the same client concurrency: a 3-node cluster of `kvfabric
+//! node` processes ([`kvf`]: clients through each node's HTTP API) and 3 etcd members started
+//! here on loopback ([`etcd`]: clients through etcd's gRPC API), one record per request and
+//! then batches of [`report::BATCH_RECORDS`] (a batch claim; a `txn`); prints a table and,
+//! last, `ratio registrations_over_etcd_grpc` and `ratio batched_registrations_over_etcd_txn`.
 //!
 //! `kvfabric bench reuse` ([`reuse`]): routing policies compared through `kvfabric router`.
 //! `kvfabric bench failover` ([`failover`]): put and get latency with one of three nodes
@@ -21,6 +19,7 @@
 //! `kvfabric bench store` ([`store`]) and `kvfabric bench transport` ([`transport`]): the
 //! store and transport crates' benchmarks, the same code as their cargo bench targets.
 
+mod drive;
 mod etcd;
 mod failover;
 mod kvf;
@@ -63,7 +62,8 @@ enum BenchCommand {
 /// Arguments of `kvfabric bench directory`.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct DirectoryArgs {
-    /// Ownership records to register (each side).
+    /// Ownership records to register one per request, and as many again in batches (each
+    /// side).
     #[arg(long, default_value_t = 1_000_000)]
     records: u64,
     /// Concurrent clients, each with one request outstanding (each side).
@@ -72,7 +72,7 @@ pub(crate) struct DirectoryArgs {
     /// Lookups per consistency level (each side).
     #[arg(long, default_value_t = 20_000)]
     lookups: u64,
-    /// Working directory (certificates, directory stores, etcd data); a fresh one under the
+    /// Working directory (the kvfabric cluster, etcd's data); a fresh one under the
     /// system's temp dir if absent. Removed at the end unless `--keep`.
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -83,7 +83,7 @@ pub(crate) struct DirectoryArgs {
     /// Keep the working directory.
     #[arg(long)]
     keep: bool,
-    /// Skip the etcd side (the ratio is then `n/a`).
+    /// Skip the etcd side (the ratios are then `n/a`).
     #[arg(long)]
     skip_etcd: bool,
 }
@@ -112,7 +112,7 @@ fn run_directory(a: DirectoryArgs) -> anyhow::Result<()> {
     // Stops the etcd members even if the run panics.
     let _guard = StopOnDrop(procs.clone());
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(std::thread::available_parallelism().map_or(2, |n| n.get().max(2)))
+        .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
@@ -122,12 +122,20 @@ fn run_directory(a: DirectoryArgs) -> anyhow::Result<()> {
         rt.spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
                 eprintln!(
-                    "interrupted: stopping etcd members and removing {}",
+                    "interrupted: stopping the kvfabric nodes and etcd members, removing {}",
                     dir.display()
                 );
                 procs.stop_all();
-                if !keep {
-                    let _ = std::fs::remove_dir_all(&dir);
+                let stopped = tokio::task::spawn_blocking(move || {
+                    let r = kvf::stop(&dir.join("kvfabric"));
+                    if !keep && r.is_ok() {
+                        let _ = std::fs::remove_dir_all(&dir);
+                    }
+                    r
+                })
+                .await;
+                if let Ok(Err(e)) = stopped {
+                    eprintln!("stopping the kvfabric nodes: {e:#}");
                 }
                 std::process::exit(130);
             }
@@ -153,16 +161,16 @@ fn bench(
     procs: &etcd::Procs,
 ) -> anyhow::Result<report::Report> {
     println!(
-        "kvfabric bench directory: {} records, {} clients, {} lookups per consistency",
-        a.records, a.clients, a.lookups
+        "kvfabric bench directory: {} records one per request and {} in batches of {}, {} clients, {} lookups per consistency",
+        a.records, a.records, report::BATCH_RECORDS, a.clients, a.lookups
     );
-    println!("kvfabric: 3 directory members in this process, Raft over QUIC (mTLS) on loopback, one store each (WAL + redb)");
-    let kvf = rt.block_on(kvf::run(a, &dir.join("kvfabric")))?;
+    println!("kvfabric: 3 `kvfabric node` processes (cluster up), Raft over QUIC (mTLS) between them, one store each (WAL + redb); clients through each node's HTTP API");
+    let kvf = kvf::run(a, &dir.join("kvfabric"))?;
     let etcd = if a.skip_etcd {
         println!("etcd: skipped (--skip-etcd)");
         None
     } else {
-        Some(etcd::run(a, &dir.join("etcd"), procs)?)
+        Some(etcd::run(rt, a, &dir.join("etcd"), procs)?)
     };
     Ok(report::Report { kvf, etcd })
 }

@@ -1,6 +1,8 @@
-//! `kvfabric bench directory` with a tiny record count: it prints the table and, last, the
-//! ratio line; it stops every process it started and removes its working directory. Runs the
-//! etcd side only where `etcd` is installed (`--skip-etcd` otherwise, and the ratio is `n/a`).
+//! `kvfabric bench directory` with a tiny record count: a real 3-node cluster driven through
+//! the nodes' HTTP API (every claim committed, every lookup resolved to its block and owner,
+//! or the bench fails) against etcd through gRPC; it prints the table and, last, the two ratio
+//! lines; it stops every process it started and removes its working directory. Runs the etcd
+//! side only where `etcd` is installed (`--skip-etcd` otherwise, and the ratios are `n/a`).
 
 mod procs;
 
@@ -39,29 +41,39 @@ fn bench_directory_prints_the_table_and_the_ratio_and_leaves_nothing() {
     );
 
     for row in [
-        "registrations (records/s)",
+        "registrations, 1 per request (records/s)",
+        "registrations, 512 per request (records/s)",
         "lookup local p50 (us)",
         "lookup local p99 (us)",
         "lookup linearizable p50 (us)",
         "lookup linearizable p99 (us)",
         "kvfabric memory per entry:",
         "Raft over QUIC",
+        "kvfabric: 2000 records committed",
     ] {
         assert!(stdout.contains(row), "missing {row:?} in\n{stdout}");
     }
-    let last = stdout.lines().last().expect("a last line");
-    let value = last
-        .strip_prefix("ratio registrations_over_etcd ")
-        .unwrap_or_else(|| panic!("last line: {last:?}"));
+    let lines: Vec<&str> = stdout.lines().collect();
+    let [.., one, batched] = lines[..] else {
+        panic!("fewer than two lines:\n{stdout}");
+    };
+    let one = one
+        .strip_prefix("ratio registrations_over_etcd_grpc ")
+        .unwrap_or_else(|| panic!("second to last line: {one:?}"));
+    let batched = batched
+        .strip_prefix("ratio batched_registrations_over_etcd_txn ")
+        .unwrap_or_else(|| panic!("last line: {batched:?}"));
+    for value in [one, batched] {
+        if with_etcd {
+            let v: f64 = value.parse().expect("a number");
+            assert!(v > 0.0, "{value}\n{stdout}");
+        } else {
+            assert_eq!(value, "n/a");
+        }
+    }
     if with_etcd {
-        let v: f64 = value.parse().expect("a number");
-        assert!(v > 0.0, "{last}");
-        assert!(
-            stdout.contains("etcd registrations, txn of 512"),
-            "{stdout}"
-        );
+        assert!(stdout.contains("etcd: 2000 puts in"), "{stdout}");
     } else {
-        assert_eq!(value, "n/a");
         assert!(stdout.contains("etcd: skipped (--skip-etcd)"), "{stdout}");
     }
 

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use cluster_harness::{init_tracing, Cluster};
+use cluster_harness::{init_tracing, one_cluster_at_a_time, Cluster};
 use common::{builtin, payload};
 use kvfabric_store::ModelGeometry;
 
@@ -220,6 +220,7 @@ fn assert_no_acked_block_lost(c: &Cluster, acked: &[Acked], read: u64, r: usize,
 
 #[test]
 fn grow_3_to_5_and_shrink_back_under_load_without_a_failed_read_or_a_lost_block() {
+    let _one = one_cluster_at_a_time();
     init_tracing();
     let g = builtin(MODEL);
     tracing::info!("phase 1: three nodes, a put/get load");
@@ -316,6 +317,7 @@ fn grow_3_to_5_and_shrink_back_under_load_without_a_failed_read_or_a_lost_block(
 
 #[test]
 fn a_removal_cut_short_by_killing_its_coordinator_the_leader_resumes_when_asked_again() {
+    let _one = one_cluster_at_a_time();
     init_tracing();
     let g = builtin(MODEL);
     tracing::info!("phase 1: four nodes, blocks on every one");
@@ -407,6 +409,7 @@ fn a_removal_cut_short_by_killing_its_coordinator_the_leader_resumes_when_asked_
 
 #[test]
 fn a_member_that_is_down_is_removed_without_a_drain_and_its_blocks_are_re_replicated() {
+    let _one = one_cluster_at_a_time();
     init_tracing();
     let g = builtin(MODEL);
     tracing::info!("phase 1: four nodes (short leases, frequent repair), blocks put on n4");

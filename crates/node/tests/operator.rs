@@ -2,8 +2,10 @@
 //! token only; tenants get 403 `operator_only`; a node with tenants and no operator token
 //! refuses everyone; an open node without one serves anyone), what the overview carries
 //! (members with tiers and counters that move with puts, gets and fetches), the operator's
-//! event stream (every tenant's events, where a tenant's own stream shows only its own), and
-//! the dashboard's static page.
+//! event stream (every tenant's events, where a tenant's own stream shows only its own), the
+//! operator's claims (refused to tenants, bad records named, none on a standalone node; on a
+//! cluster, committed and resolved by any member's linearizable lookup), and the dashboard's
+//! static page.
 
 mod cluster_harness;
 mod common;
@@ -49,6 +51,15 @@ fn only_the_operator_token_opens_the_operator_routes() {
         r.err().map(|(s, j)| (s, j["error"]["code"].clone())),
         Some((403, "operator_only".into()))
     );
+    // Claims: the operator's only; bad records named; a standalone node has no directory.
+    let h1 = "11".repeat(32);
+    let claim = format!(r#"{{"claims":[{{"block":"{h1}","key":"{h1}"}}]}}"#);
+    let claims = |token, body: &str| node.post(token, "/v1/operator/claims", body.as_bytes());
+    claims(Some(TOKEN_A), &claim).assert_error(403, "operator_only");
+    claims(None, &claim).assert_error(401, "missing_token");
+    claims(Some(OPERATOR), r#"{"claims":[{"block":"xyz"}]}"#).assert_error(400, "invalid_block_id");
+    claims(Some(OPERATOR), r#"{"claims":[]}"#).assert_error(400, "invalid_json");
+    claims(Some(OPERATOR), &claim).assert_error(503, "directory_unavailable");
     // The tenants' view of the cluster carries no counters.
     let c = node.get(Some(TOKEN_A), "/v1/cluster", &[]).json();
     assert!(c["members"][0].get("stats").is_none(), "{c}");
@@ -209,6 +220,38 @@ fn the_overview_of_a_cluster_shows_every_member_with_counters_and_fetches() {
         .unwrap()
         .iter()
         .all(|m| m["healthy"] == true));
+    // Operator claims on n2 (no payload): committed, then any member's linearizable lookup
+    // resolves their keys to their blocks, owned by n2.
+    let (b1, b2, k1, k2) = (
+        "a1".repeat(32),
+        "a2".repeat(32),
+        "b1".repeat(32),
+        "b2".repeat(32),
+    );
+    let body = serde_json::json!({"claims": [{"block": b1, "key": k1}, {"block": b2, "key": k2}]});
+    let r = cluster
+        .operator_post(2, "/v1/operator/claims", &body)
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["claimed"], 2);
+    for (n, (b, k)) in [(3, (&b1, &k1)), (1, (&b2, &k2))] {
+        let r = cluster
+            .post(
+                n,
+                "/v1/lookup?consistency=linearizable",
+                &serde_json::json!({"keys": [k]}),
+            )
+            .unwrap();
+        let v = r.json();
+        assert_eq!(v["results"][0]["block"], b.as_str(), "n{n}: {v}");
+        assert_eq!(
+            v["results"][0]["owners"],
+            serde_json::json!(["n2"]),
+            "n{n}: {v}"
+        );
+    }
+    let r = cluster.post(1, "/v1/operator/claims", &body).unwrap();
+    assert_eq!(r.status, 401, "no operator token: {}", r.text());
     let tenant = cluster.get(1, "/v1/cluster").unwrap().json();
     assert!(tenant["members"][0].get("stats").is_none(), "{tenant}");
 }

@@ -1,7 +1,8 @@
 //! [`Fabric`]: the node's use-cases as methods of one type — [`Fabric::put`], [`Fabric::get`],
 //! [`Fabric::head`], [`Fabric::delete`], [`Fabric::lookup`], [`Fabric::route`], the
 //! per-request arenas of hybrid models ([`Fabric::arena_create`] and the rest of [`arena`]),
-//! the live membership changes ([`Fabric::add_member`], [`Fabric::remove_member`]) — and the
+//! the live membership changes ([`Fabric::add_member`], [`Fabric::remove_member`]), the
+//! operator's ownership records without a payload ([`Fabric::claim_records`]) — and the
 //! views the API shows (the cluster, readiness, counters).
 //!
 //! A fabric is built from this node's open store ([`LocalNode`]), its model catalog, an
@@ -10,6 +11,7 @@
 //! hand it typed requests and map its [`FabricError`]s onto their own answers.
 
 pub mod arena;
+mod claims;
 mod lookup;
 mod members;
 mod put;

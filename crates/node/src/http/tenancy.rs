@@ -120,6 +120,31 @@ impl Tenancy {
             .collect()
     }
 
+    /// The namespace an operator's request names by the `kvfabric-namespace` header (any
+    /// declared one), else the first declared (an open node's only one).
+    pub(crate) fn operator_namespace(&self, headers: &HeaderMap) -> Result<NamespaceKey, ApiError> {
+        let invalid = |reason: String| ApiError::InvalidHeader {
+            name: NAMESPACE_HEADER,
+            reason,
+        };
+        let Some(v) = headers.get(NAMESPACE_HEADER) else {
+            return Ok(self.namespaces[0].key);
+        };
+        let name = v
+            .to_str()
+            .map_err(|_| invalid("expected a namespace name in ASCII".into()))?;
+        self.namespaces
+            .iter()
+            .find(|n| n.name == name)
+            .map(|n| n.key)
+            .ok_or_else(|| {
+                invalid(format!(
+                    "expected a declared namespace, found {:?}",
+                    name.chars().take(40).collect::<String>()
+                ))
+            })
+    }
+
     /// Authenticates a request by its `Authorization: Bearer` header.
     pub(crate) fn caller(&self, headers: &HeaderMap) -> Result<Caller<'_>, ApiError> {
         if self.is_open() {

@@ -17,6 +17,19 @@ pub const CLUSTER_TIMEOUT: Duration = Duration::from_secs(120);
 /// Per-request timeout of the test client.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Held by a test for the life of its cluster so that the clusters of one test binary run one
+/// after another ([`one_cluster_at_a_time`]): tests that grow clusters to five members or kill
+/// and restart them would otherwise start up to fifteen node processes at once on a 2-core
+/// machine, and a node starved for seconds loses its Raft leadership or its lease, which is
+/// what those tests must not see from the fabric itself.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Waits until no other test of this binary holds a cluster (see [`ONE_AT_A_TIME`]); a test
+/// that panicked while holding it does not block the others.
+pub fn one_cluster_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A running local cluster.
 pub struct Cluster {
     /// Where `cluster up` keeps its files (removed on drop).
@@ -176,6 +189,18 @@ impl Cluster {
                 .get(format!("{}{path}", self.api(id)))
                 .header("authorization", &auth)
                 .call(),
+        )
+    }
+
+    /// POST JSON to `path` on node `id` with the operator token; `None` if it did not answer.
+    pub fn operator_post(&self, id: u64, path: &str, body: &serde_json::Value) -> Option<Reply> {
+        let auth = format!("Bearer {}", self.operator_token());
+        Self::reply(
+            self.agent
+                .post(format!("{}{path}", self.api(id)))
+                .header("authorization", &auth)
+                .header("content-type", "application/json")
+                .send(serde_json::to_vec(body).unwrap().as_slice()),
         )
     }
 

@@ -17,6 +17,7 @@
 //! | `GET /v1/operator/events` | 200 `text/event-stream`, every namespace (operator) | as `/v1/events`, 401, 403 |
 //! | `POST /v1/operator/members` | 200 the member added (a voter), voters and learners (operator) | 400, 401, 403, 409 `membership_refused`, 503 `membership_incomplete` |
 //! | `DELETE /v1/operator/members/{id}` | 200 the member drained and removed (operator) | 400, 401, 403, 409, 503 |
+//! | `POST /v1/operator/claims` | 200 ownership records committed in this node's name, no payload (operator; see [`claims`]) | 400, 401, 403, 408, 413, 503 `directory_unavailable` |
 //! | `GET /dashboard` (`/dashboard/app.js`, `app.css`, `favicon.svg`) | 200 the operator's page (static, no data) | |
 //! | `GET /metrics` | 200 OpenMetrics text | |
 //! | `GET /healthz` | 200 while the process serves | |
@@ -40,6 +41,7 @@
 
 mod arenas;
 mod blocks;
+mod claims;
 mod dashboard;
 pub(crate) mod events;
 mod events_render;
@@ -89,6 +91,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/operator/events", get(operator::events))
         .route("/v1/operator/members", post(members::add))
         .route("/v1/operator/members/{id}", delete(members::remove))
+        .route("/v1/operator/claims", post(claims::claim))
         .route("/dashboard", get(dashboard::index))
         .route("/dashboard/app.js", get(dashboard::script))
         .route("/dashboard/app.css", get(dashboard::style))
