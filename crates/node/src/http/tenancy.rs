@@ -121,14 +121,14 @@ impl Tenancy {
     }
 
     /// The namespace an operator's request names by the `kvfabric-namespace` header (any
-    /// declared one), else the first declared (an open node's only one).
+    /// declared one), else the first declared (an open node's only one), under the current secret.
     pub(crate) fn operator_namespace(&self, headers: &HeaderMap) -> Result<NamespaceKey, ApiError> {
         let invalid = |reason: String| ApiError::InvalidHeader {
             name: NAMESPACE_HEADER,
             reason,
         };
         let Some(v) = headers.get(NAMESPACE_HEADER) else {
-            return Ok(self.namespaces[0].key);
+            return Ok(self.namespaces[0].current());
         };
         let name = v
             .to_str()
@@ -136,7 +136,7 @@ impl Tenancy {
         self.namespaces
             .iter()
             .find(|n| n.name == name)
-            .map(|n| n.key)
+            .map(Namespace::current)
             .ok_or_else(|| {
                 invalid(format!(
                     "expected a declared namespace, found {:?}",
