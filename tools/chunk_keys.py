@@ -23,6 +23,9 @@ MODES = {"prefix": 0, "independent": 1}
 
 
 def namespace_key(name: str) -> bytes:
+    """The public key a namespace's chunk keys are keyed by: from the name alone, so any
+    client computes chunk keys without the cluster's secret (the node files them in its
+    directory under its secret-derived namespace key; block ids use that key too)."""
     return blake3(name.encode(), derive_key_context=NAMESPACE_CONTEXT).digest()
 
 

@@ -143,7 +143,9 @@ class Client:
     ``namespace`` names the namespace requests are narrowed to (``kvfabric-namespace``) and
     block ids are verified in; without it a client with no token verifies in ``default``
     (the open namespace) and one with a token does not verify reads (it cannot know which of
-    the token's namespaces a block is in).
+    the token's namespaces a block is in). Verification keys are the node's keys of that
+    namespace (:meth:`namespace_keys`, asked once and again after a rotation), since the
+    cluster derives them from its secret.
     """
 
     def __init__(
@@ -173,6 +175,7 @@ class Client:
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
         self._extra = [("kvfabric-namespace", namespace)] if namespace else []
+        self._keys: list[bytes] | None = None
         #: Attempts retried so far (503 answers and failed connections).
         self.retried = 0
 
@@ -301,16 +304,47 @@ class Client:
         return data
 
     def _verify(self, bid: str, model: str | None, payload) -> None:
-        if self.verify_namespace is None:
-            raise KvFabricError("cannot verify: the client has a token but no namespace")
         if model is None:
             raise VerificationError(bid, "nothing: the node named no model for the block")
-        try:
-            found = _native.block_id(model, payload, self.verify_namespace).hex()
-        except (ValueError, KeyError) as e:
-            raise VerificationError(bid, f"nothing: {e}") from None
-        if found != bid:
-            raise VerificationError(bid, found)
+        self.verify(bid, model, payload)
+
+    def verify(self, block: bytes | str, model: str, payload) -> None:
+        """Raises :class:`VerificationError` unless ``payload`` (a canonical block of ``model``)
+        hashes to ``block`` under one of the verify namespace's keys. The keys are asked of
+        the node once; on a mismatch they are asked again (the cluster's secret may have been
+        rotated) before the block is refused."""
+        bid = key_hex(block)
+        if self.verify_namespace is None:
+            raise KvFabricError("cannot verify: the client has a token but no namespace")
+        found = None
+        for fresh in (False, True):
+            for key in self.namespace_keys(refresh=fresh):
+                try:
+                    found = _native.block_id(model, payload, key).hex()
+                except (ValueError, KeyError) as e:
+                    raise VerificationError(bid, f"nothing: {e}") from None
+                if found == bid:
+                    return
+        raise VerificationError(bid, found or "nothing: the node listed no key")
+
+    def namespaces(self) -> list[dict]:
+        """``GET /v1/namespaces``: the namespaces this client may read (narrowed to its
+        ``namespace`` if set), each with ``name``, ``access`` (``write`` or ``read``),
+        ``shared`` and ``keys`` (hex; the one puts use first)."""
+        return self._json("GET", "/v1/namespaces")["namespaces"]
+
+    def namespace_keys(self, *, refresh: bool = False) -> list[bytes]:
+        """The 32-byte keys block ids of the verify namespace are computed under (the one
+        puts use first), asked of the node once (``refresh`` asks again)."""
+        if self._keys is None or refresh:
+            name = self.verify_namespace
+            self._keys = [
+                bytes.fromhex(k)
+                for ns in self.namespaces()
+                if ns["name"] == name
+                for k in ns["keys"]
+            ]
+        return self._keys
 
     def head(self, block: bytes | str) -> BlockRead | None:
         """``HEAD /v1/blocks/{id}``: this node's copy (length, tier), or None if it has none."""

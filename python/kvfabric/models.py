@@ -138,7 +138,9 @@ def fingerprint(model: str) -> bytes:
 
 
 def namespace_key(name: str) -> bytes:
-    """The 32-byte key of namespace ``name``."""
+    """The 32-byte public key of namespace ``name``: what its chunk keys are keyed by (from the
+    name alone). Block ids use the node's key of the namespace, derived from the cluster's
+    secret: :meth:`kvfabric.Client.namespace_keys`."""
     return _native.namespace_key(name)
 
 
@@ -150,8 +152,9 @@ def chunk_keys(
     return _native.chunk_keys(model, list(tokens), mode, namespace)
 
 
-def block_id(model: str, payload, namespace: str = "default") -> bytes:
-    """The 32-byte id the store gives a canonical ``payload`` of ``model`` in ``namespace``."""
+def block_id(model: str, payload, key: bytes) -> bytes:
+    """The 32-byte id the store gives a canonical ``payload`` of ``model`` under the namespace
+    ``key`` (32 bytes, as :meth:`kvfabric.Client.namespace_keys` gives it)."""
     from .buffers import byte_view
 
-    return _native.block_id(model, byte_view(payload), namespace)
+    return _native.block_id(model, byte_view(payload), bytes(key))

@@ -61,6 +61,13 @@ class Cluster:
     def url(self, node: int) -> str:
         return self.urls[node]
 
+    def key(self) -> bytes:
+        """The open namespace's key on this cluster (derived from its secret), as node 1
+        lists it."""
+        import kvfabric
+
+        return kvfabric.Client(self.url(1)).namespace_keys()[0]
+
     def disk_dir(self, node: int) -> Path:
         """Where node ``node`` keeps its disk tier's segments."""
         return self.dir / f"node{node}" / "disk"

@@ -23,7 +23,7 @@ def test_put_then_get_from_another_node_into_each_kind_of_buffer(cluster):
     data = block(1)
     key = kvfabric.chunk_keys("deepseek-v3", range(64), namespace="default")[0]
     put = kvfabric.Client(cluster.url(1)).put(data, "deepseek-v3", chunk_key=key)
-    assert put.block == kvfabric.block_id("deepseek-v3", data).hex()
+    assert put.block == kvfabric.block_id("deepseek-v3", data, cluster.key()).hex()
     assert put.replicas == 2 and put.dedup in ("new", "shared")
     c3 = kvfabric.Client(cluster.url(3))
     [hit] = c3.lookup([key])
@@ -77,7 +77,7 @@ def test_a_put_with_the_engine_headers_is_accepted(cluster):
         lora_id=3,
     )
     put = c.put(block(3), "deepseek-v3", engine=engine)
-    assert put.block == kvfabric.block_id("deepseek-v3", block(3)).hex()
+    assert put.block == kvfabric.block_id("deepseek-v3", block(3), cluster.key()).hex()
     names = dict(engine.headers())
     assert names["kvfabric-engine-block-hashes"].count(",") == 3
     assert names["kvfabric-engine-token-ids"].split(",")[:3] == ["0", "1", "2"]
@@ -112,6 +112,17 @@ def test_a_read_that_does_not_hash_to_its_id_raises(cluster):
     wrong.verify_namespace = "someone-else"  # ids keyed by another namespace cannot match
     with pytest.raises(kvfabric.VerificationError):
         wrong.get(put.block)
+    stale = kvfabric.Client(cluster.url(1))
+    stale._keys = [kvfabric.namespace_key("default")]  # keys from before a rotation
+    assert len(stale.get(put.block)) == V3.block_bytes, "asked again, then verified"
+    assert stale.namespace_keys() == [cluster.key()]
+
+
+def test_namespace_keys_come_from_the_node_and_not_from_the_name(cluster):
+    [ns] = kvfabric.Client(cluster.url(2)).namespaces()
+    assert ns["name"] == "default" and ns["access"] == "write" and not ns["shared"]
+    assert [bytes.fromhex(k) for k in ns["keys"]] == [cluster.key()], "one secret, every node"
+    assert cluster.key() != kvfabric.namespace_key("default")
 
 
 def _err(code: str, status_text: str = "") -> bytes:

@@ -130,11 +130,11 @@ def test_a_prefilled_latent_put_on_node1_decodes_on_node3_as_the_model_does(
     c1 = kvfabric.Client(cluster.url(1))
     for key, payload in zip(keys, payloads, strict=True):
         put = c1.put(payload, preset, chunk_key=key)
-        assert put.block == kvfabric.block_id(preset, payload).hex()
+        assert put.block == kvfabric.block_id(preset, payload, cluster.key()).hex()
         assert put.replicas == 2
 
     r = run_decoder(cluster, tmp_path, model, preset, prompt)
-    assert r["blocks"] == [kvfabric.block_id(preset, p).hex() for p in payloads]
+    assert r["blocks"] == [kvfabric.block_id(preset, p, cluster.key()).hex() for p in payloads]
     assert all(s in ("local", "n1", "n2") for s in r["sources"]), r["sources"]
 
     # The cache rebuilt in the other process is the model's own, bit for bit.

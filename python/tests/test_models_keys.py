@@ -73,7 +73,7 @@ def test_block_ids_and_fingerprints_of_every_storable_preset_match_the_nodes(clu
             continue
         payload = np.random.default_rng(len(m.name)).integers(0, 256, m.block_bytes, np.uint8)
         put = c.put(payload, m.name)
-        assert put.block == kvfabric.block_id(m.name, payload).hex(), m.name
+        assert put.block == kvfabric.block_id(m.name, payload, c.namespace_keys()[0]).hex(), m.name
         c.delete(put.block)
 
 
@@ -95,4 +95,7 @@ def test_bad_arguments_are_typed_errors():
     with pytest.raises(ValueError):
         kvfabric.chunk_keys("deepseek-v3", [1, 2], mode="sideways")
     with pytest.raises(ValueError):
-        kvfabric.block_id("deepseek-v3", b"short")
+        kvfabric.block_id("deepseek-v3", b"short", bytes(32))
+    payload = bytes(kvfabric.model("deepseek-v3").block_bytes)
+    with pytest.raises(ValueError, match="32-byte namespace key"):
+        kvfabric.block_id("deepseek-v3", payload, b"short key")

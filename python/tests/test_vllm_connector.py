@@ -125,7 +125,10 @@ def test_a_chunked_prefill_saves_each_chunk_once_in_the_step_that_completes_it(
             assert eng.page_tokens == 16 and eng.engine.startswith("vllm/")
         keys = e.scheduler.scheduler.keys(e.request("again", prompt), 3)
         found = kvfabric.Client(cluster.url(1)).lookup(keys)
-        ids = [kvfabric.block_id("deepseek-v3", _block_of(e, blocks, c)).hex() for c in range(3)]
+        key = cluster.key()
+        ids = [
+            kvfabric.block_id("deepseek-v3", _block_of(e, blocks, c), key).hex() for c in range(3)
+        ]
         assert [f.block for f in found] == ids
     finally:
         e.close()

@@ -70,6 +70,18 @@ pub enum FabricError {
     /// changed since it was sealed); it can be read canonically but not rotated.
     #[error("the block's geometry is not among this node's presets; read it without `position`")]
     UnknownGeometry,
+    /// The namespace secret file could not be read, parsed or written.
+    #[error("the namespace secret file {path}: {reason}")]
+    SecretFile {
+        /// The file.
+        path: String,
+        /// What was expected and found, or the I/O error.
+        reason: String,
+    },
+    /// A rotation step of the namespace secret does not apply (the reason says which step
+    /// comes first), or no random secret could be drawn.
+    #[error("namespace secret: {0}")]
+    SecretRotation(String),
     /// The event epoch file could not be read or advanced.
     #[error("the event epoch file {path}: {reason}")]
     EpochFile {

@@ -8,9 +8,10 @@
 //! protocol, the Raft network and the measured bandwidths ([`cluster`]: async drivers); the
 //! decisions they act on as pure functions of `now` and state — liveness, peer health,
 //! replica placement, owner ranking, repair and drain plans, route scores ([`decide`]); the
-//! model catalog ([`presets`]); the validated configuration it runs with ([`config`]); its
-//! error ([`error`]); and a harness of several fabrics in one process over in-memory
-//! networks and a manual clock, for deterministic multi-node tests ([`testing`]).
+//! model catalog ([`presets`]); the cluster's namespace secret file and its rotation
+//! ([`secret`]); the validated configuration it runs with ([`config`]); its error
+//! ([`error`]); and a harness of several fabrics in one process over in-memory networks and a
+//! manual clock, for deterministic multi-node tests ([`testing`]).
 //!
 //! Must never: know about HTTP (callers map [`FabricError`] onto their answers); serve bytes
 //! that the store has not verified against the id asked for; let one tenant read, look up or
@@ -26,6 +27,7 @@ pub mod fabric;
 pub mod ids;
 pub mod local;
 pub mod presets;
+pub mod secret;
 pub mod testing;
 
 pub use error::FabricError;

@@ -1,32 +1,5 @@
-//! `kvfabric`: the node binary and its command line.
-//!
-//! Owns: the node config (`config`), the HTTP API over the fabric core (`http`: each handler
-//! maps HTTP to one `kvfabric_core::Fabric` call and its answer or error back), the ZeroMQ
-//! publisher of the KV event stream (`zmq`), starting a node (`cli::node`) and the command
-//! line, whose tools (`cluster`, `demo`, `router`, `engine-sim`) and benchmarks live in the
-//! `kvfabric-tools` and `kvfabric-bench` crates.
-//!
-//! Must never: orchestrate the system in an HTTP handler (the core does); accept unbounded
-//! input (bodies, headers, connections, requests, keys are all capped).
+//! `kvfabric`: the node binary; everything it does is in the library ([`kvfabric_node`]).
 
-mod cli;
-mod config;
-mod http;
-mod observe;
-mod zmq;
-
-use std::process::ExitCode;
-
-use clap::Parser;
-
-fn main() -> ExitCode {
-    let args = cli::Cli::parse();
-    match cli::run(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            let code = kvfabric_tools::exit::code_for(&e);
-            eprintln!("kvfabric: error: {}", kvfabric_tools::exit::one_line(&e));
-            code
-        }
-    }
+fn main() -> std::process::ExitCode {
+    kvfabric_node::main_entry()
 }

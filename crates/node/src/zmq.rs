@@ -64,7 +64,7 @@ struct Replayed {
 }
 
 /// What a replay request asks for: an optional topic and the first sequence number.
-type Request = (Option<Bytes>, u64);
+pub(crate) type Request = (Option<Bytes>, u64);
 
 /// Binds the configured sockets and starts serving them; `None` when none is configured.
 /// Each publisher subscribes before returning, so it sends every batch published after.
@@ -251,6 +251,18 @@ async fn publish_feed(
 
 /// Serves replay requests on a ROUTER socket: `["", start_seq]` or `["", topic, start_seq]`
 /// after the peer identity, answered from `answer`.
+/// A replay request as the ROUTER socket receives it: `[peer, "", start_seq]` or
+/// `[peer, "", topic, start_seq]`, the sequence number 8 bytes big-endian; `None` for anything
+/// else.
+pub(crate) fn decode_request(msg: &[Bytes]) -> Option<Request> {
+    let seq = |b: &Bytes| Some(u64::from_be_bytes(b[..].try_into().ok()?));
+    match msg {
+        [_, delim, s] if delim.is_empty() => seq(s).map(|s| (None, s)),
+        [_, delim, topic, s] if delim.is_empty() => seq(s).map(|s| (Some(topic.clone()), s)),
+        _ => None,
+    }
+}
+
 async fn replay(
     metrics: EventMetrics,
     mut socket: RouterSocket,
@@ -265,15 +277,7 @@ async fn replay(
                 continue;
             }
         };
-        let seq = |b: &Bytes| {
-            (b.len() == 8).then(|| u64::from_be_bytes(b[..].try_into().expect("8 bytes")))
-        };
-        let request = match msg.as_slice() {
-            [_, delim, s] if delim.is_empty() => seq(s).map(|s| (None, s)),
-            [_, delim, topic, s] if delim.is_empty() => seq(s).map(|s| (Some(topic.clone()), s)),
-            _ => None,
-        };
-        let Some(request) = request else {
+        let Some(request) = decode_request(&msg) else {
             metrics.zmq_bad_requests.inc();
             tracing::debug!(
                 frames = msg.len(),

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{builtin, payload, tiny, Options, TOKEN_A, TOKEN_B, TOKEN_DOCS};
+use common::{builtin, payload, tiny, Options, TOKEN_A, TOKEN_B, TOKEN_DOCS, TOKEN_OPERATOR};
 use kvfabric_store::rope::{rotate_block, Direction};
 
 fn blocks(id: &str) -> String {
@@ -220,9 +220,15 @@ fn missing_or_wrong_tokens_are_401() {
     assert_eq!(node.head(None, &blocks(&id)).status, 401);
     node.delete(None, &blocks(&id))
         .assert_error(401, "missing_token");
-    for open in ["/healthz", "/readyz", "/metrics"] {
+    for open in ["/healthz", "/readyz"] {
         assert_eq!(node.get(None, open, &[]).status, 200, "{open}");
     }
+    // Every series counts every tenant's blocks: the operator's only.
+    node.get(None, "/metrics", &[])
+        .assert_error(401, "missing_token");
+    node.get(Some(TOKEN_A), "/metrics", &[])
+        .assert_error(403, "operator_only");
+    assert_eq!(node.get(Some(TOKEN_OPERATOR), "/metrics", &[]).status, 200);
     node.assert_serving(8);
 }
 

@@ -23,7 +23,10 @@ fn overview(node: &common::TestNode, token: Option<&str>) -> common::Reply {
 #[test]
 fn only_the_operator_token_opens_the_operator_routes() {
     tracing::info!("phase 1: tenants and no operator token: the routes are off");
-    let node = common::kvfabric().node(Options::default());
+    let node = common::kvfabric().node(Options {
+        operator: None,
+        ..Options::default()
+    });
     overview(&node, None).assert_error(403, "operator_disabled");
     overview(&node, Some(TOKEN_A)).assert_error(403, "operator_disabled");
     drop(node);
@@ -65,6 +68,7 @@ fn only_the_operator_token_opens_the_operator_routes() {
     tracing::info!("phase 3: an open node without an operator token serves them to anyone");
     let node = common::kvfabric().node(Options {
         tenants: false,
+        operator: None,
         ..Options::default()
     });
     assert_eq!(overview(&node, None).status, 200);

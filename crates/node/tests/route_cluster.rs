@@ -255,14 +255,7 @@ fn routes_rank_holders_count_tiers_price_misses_and_keep_tenants_apart() {
     assert_eq!(got.headers().get("kvfabric-source").unwrap(), "n1");
     for id in 1..=3 {
         let link = cluster.wait_for("the measured link in /v1/cluster", || {
-            let body = ureq::get(format!("{}/v1/cluster", cluster.api(id)))
-                .header("authorization", format!("Bearer {TOKEN_A}"))
-                .call()
-                .ok()?
-                .into_body()
-                .read_to_vec()
-                .ok()?;
-            let r: Value = serde_json::from_slice(&body).ok()?;
+            let r = cluster.operator_get(id, "/v1/cluster")?.json();
             r["bandwidth"]
                 .as_array()?
                 .iter()
@@ -271,8 +264,27 @@ fn routes_rank_holders_count_tiers_price_misses_and_keep_tenants_apart() {
         });
         assert!(link["samples"].as_u64().unwrap() >= 1, "{link}");
         assert!(link["gbps"].as_f64().unwrap() > 0.0, "{link}");
+        // A tenant sees no link: other tenants' transfers move them.
+        let tenant = cluster
+            .call(
+                id,
+                "GET",
+                "/v1/cluster",
+                &[("authorization", &format!("Bearer {TOKEN_A}"))],
+                None,
+            )
+            .unwrap()
+            .json();
+        assert_eq!(tenant["bandwidth"], json!([]), "{tenant}");
+        assert!(
+            tenant["members"][0]["tiers"][0].get("used").is_none(),
+            "{tenant}"
+        );
     }
-    let metrics = cluster.get(3, "/metrics").unwrap();
+    // Nor is a tenant's route priced at them.
+    let (_, v) = route(&cluster, 3, TOKEN_A, &json!({ "keys": p1, "model": MODEL }));
+    assert_eq!(v["bandwidth_source"], "configured", "{v}");
+    let metrics = cluster.operator_get(3, "/metrics").unwrap();
     let text = String::from_utf8_lossy(&metrics.body);
     assert!(
         text.lines().any(|l| l.starts_with("kvfabric_link_samples{") && l.contains("from=\"n1\",to=\"n3\"")),

@@ -43,7 +43,9 @@ fn list<'py>(py: Python<'py>, keys: &[ChunkKey]) -> Vec<Bound<'py, PyBytes>> {
     keys.iter().map(|k| PyBytes::new(py, &k.0)).collect()
 }
 
-/// The 32-byte key of namespace `name` (what block ids and chunk keys are keyed by).
+/// The 32-byte public key of namespace `name`: what its chunk keys are keyed by (derived
+/// from the name alone). Block ids are keyed by the node's key of the namespace, derived from
+/// the cluster's secret (`GET /v1/namespaces`), never by this one.
 #[pyfunction]
 pub(crate) fn namespace_key<'py>(py: Python<'py>, name: &str) -> Bound<'py, PyBytes> {
     PyBytes::new(py, &NamespaceKey::derive(name).0)
@@ -109,16 +111,22 @@ pub(crate) fn chunk_keys_with_extras<'py>(
     Ok(list(py, &keys))
 }
 
-/// The block id a canonical `payload` of preset `model` gets in `namespace`:
-/// `blake3_keyed(namespace key, header ‖ payload)`, the header being the one the store writes.
+/// The block id a canonical `payload` of preset `model` gets under the 32-byte namespace
+/// `key` (as `GET /v1/namespaces` lists it): `blake3_keyed(key, header ‖ payload)`, the header
+/// being the one the store writes.
 #[pyfunction]
-#[pyo3(signature = (model, payload, namespace = "default"))]
 pub(crate) fn block_id<'py>(
     py: Python<'py>,
     model: &str,
     payload: PyBuffer<u8>,
-    namespace: &str,
+    key: &[u8],
 ) -> PyResult<Bound<'py, PyBytes>> {
+    let key: [u8; 32] = key.try_into().map_err(|_| {
+        NativeError::Invalid(format!(
+            "key: expected a 32-byte namespace key, found {} bytes",
+            key.len()
+        ))
+    })?;
     let g = geometry(model)?;
     let header = BlockHeader::for_geometry(g);
     let raw = RawBytes::of(&payload, false, "payload")?;
@@ -131,7 +139,7 @@ pub(crate) fn block_id<'py>(
         ))
         .into());
     }
-    let ns = NamespaceKey::derive(namespace);
+    let ns = NamespaceKey(key);
     let id = py.detach(|| {
         // SAFETY: `payload` is held until this function returns.
         let bytes = unsafe { raw.slice() };

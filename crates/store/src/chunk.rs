@@ -2,8 +2,9 @@
 //! where a chunk's block lives.
 //!
 //! One scheme, two modes, deterministic and identical in every process and language (no
-//! process-seeded hash): blake3 in keyed mode, keyed by the namespace key
-//! ([`NamespaceKey::derive`]), over this little-endian encoding:
+//! process-seeded hash): blake3 in keyed mode, keyed by the namespace's public key
+//! ([`NamespaceKey::derive`], from the name alone: a client needs no secret to compute them),
+//! over this little-endian encoding:
 //!
 //! | bytes | field |
 //! |---:|---|
@@ -18,6 +19,11 @@
 //! - prefix mode: `key_i = H(…, parent = key_{i-1}, tokens of chunk i)`: equal only for equal
 //!   prefixes (what vLLM-style prefix caches key on);
 //! - independent mode: `key = H(…, parent = 0, tokens)`: the same wherever the chunk sits.
+//!
+//! A node never resolves a chunk key as given: it files it in its directory keyed by the
+//! namespace key derived from the cluster's secret (`kvfabric-core`'s
+//! `directory_chunk_key`), so a chunk key computed for another tenant's namespace (anyone can
+//! compute one) resolves to nothing under the caller's.
 //!
 //! Chunks are whole blocks (`block_tokens` of the model); a trailing partial chunk has no key,
 //! since it cannot be a sealed block. Test vectors: `tests/data/chunk_keys.json`, checked

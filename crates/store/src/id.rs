@@ -2,9 +2,13 @@
 //!
 //! Keyed per namespace: the same bytes sealed by two tenants get two ids, so dedup, lookups
 //! and timing never reveal one tenant's content to another. A namespace declared shared is
-//! simply one namespace that several tenants are allowed to use. Namespace keys are derived
-//! from the namespace name (blake3 derive-key mode); they separate tenants, they are not
-//! secrets (access is enforced by the node's tokens).
+//! simply one namespace that several tenants are allowed to use.
+//!
+//! A node derives its namespace keys from the cluster's [`NamespaceSecret`] and the name
+//! ([`NamespaceKey::from_secret`]), so nobody without the secret can compute an id of another
+//! tenant's content. [`NamespaceKey::derive`] (from the name alone, public) is what chunk keys
+//! are keyed by ([`crate::chunk`]: clients compute them before any KV exists) and what tests
+//! use; a node never keys block ids with it.
 //!
 //! A build with the `colliding-ids` feature (tests of the collision path only) keeps 4 bits of
 //! every digest, so different bytes get the same id at will; every id the crate computes goes
@@ -14,8 +18,13 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// Context string for namespace key derivation; changing it changes every id.
+/// Context string of the public derivation from a name (chunk keys); changing it changes
+/// every chunk key.
 const NAMESPACE_CONTEXT: &str = "kvfabric 2026-11 namespace v1";
+/// Context string of the derivation from a secret and a name; changing it changes every id.
+const SECRET_NAMESPACE_CONTEXT: &str = "kvfabric 2026-12 namespace from secret v2";
+/// Context string of a secret's public id.
+const SECRET_ID_CONTEXT: &str = "kvfabric 2026-12 namespace secret id v1";
 
 /// A block's content id: 32 bytes, shown as lowercase hex.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -90,9 +99,42 @@ pub fn parse_hex32(s: &str) -> Result<[u8; 32], ParseIdError> {
 pub struct NamespaceKey(pub [u8; 32]);
 
 impl NamespaceKey {
-    /// Derives the key of a named namespace.
+    /// The public key of a name (blake3 derive-key mode): what chunk keys are keyed by. Anyone
+    /// can compute it; a node keys block ids with [`NamespaceKey::from_secret`].
     pub fn derive(name: &str) -> NamespaceKey {
         NamespaceKey(blake3::derive_key(NAMESPACE_CONTEXT, name.as_bytes()))
+    }
+
+    /// The key of namespace `name` under `secret`: blake3 keyed by a key derived from the
+    /// secret, over the name. Without the secret it cannot be computed, and one namespace's
+    /// key says nothing about another's or about the secret.
+    pub fn from_secret(secret: &NamespaceSecret, name: &str) -> NamespaceKey {
+        let key = blake3::derive_key(SECRET_NAMESPACE_CONTEXT, &secret.0);
+        NamespaceKey(*blake3::keyed_hash(&key, name.as_bytes()).as_bytes())
+    }
+
+    /// Lowercase hex (64 chars).
+    pub fn to_hex(&self) -> String {
+        hex32(&self.0)
+    }
+}
+
+/// The cluster's namespace secret: 32 random bytes every member loads, from which every
+/// namespace key is derived. Never printed ([`fmt::Debug`] shows its [`NamespaceSecret::id`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct NamespaceSecret(pub [u8; 32]);
+
+impl NamespaceSecret {
+    /// A public name for the secret (16 hex digits of a one-way derivation): what logs and
+    /// views show, so members can be compared without revealing it.
+    pub fn id(&self) -> String {
+        hex32(&blake3::derive_key(SECRET_ID_CONTEXT, &self.0))[..16].to_owned()
+    }
+}
+
+impl fmt::Debug for NamespaceSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "NamespaceSecret(id {})", self.id())
     }
 }
 
@@ -186,5 +228,41 @@ impl StreamingId {
     /// The id of everything fed.
     pub fn finalize(&self) -> BlockId {
         id_of_digest(*self.hasher.finalize().as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_from_a_secret_differ_from_the_public_ones_and_between_secrets() {
+        let s1 = NamespaceSecret([1; 32]);
+        let s2 = NamespaceSecret([2; 32]);
+        let a1 = NamespaceKey::from_secret(&s1, "team-a");
+        assert_eq!(
+            a1,
+            NamespaceKey::from_secret(&s1, "team-a"),
+            "deterministic"
+        );
+        assert_ne!(
+            a1,
+            NamespaceKey::derive("team-a"),
+            "not the name's public key"
+        );
+        assert_ne!(
+            a1,
+            NamespaceKey::from_secret(&s2, "team-a"),
+            "another secret"
+        );
+        assert_ne!(a1, NamespaceKey::from_secret(&s1, "team-b"), "another name");
+        assert_ne!(s1.id(), s2.id());
+        assert_eq!(s1.id().len(), 16);
+        let shown = format!("{s1:?}");
+        assert!(shown.contains(&s1.id()), "{shown}");
+        assert!(
+            !shown.contains("0101"),
+            "the secret is never printed: {shown}"
+        );
     }
 }

@@ -39,7 +39,7 @@ pub use dtype::Dtype;
 pub use error::{ConfigError, StoreError};
 pub use geometry::{ModelGeometry, ModelKind};
 pub use handle::{Handle, RegionIndex, Tier};
-pub use id::{Blake3Ids, BlockId, IdHasher, IdStream, NamespaceKey, StreamingId};
+pub use id::{Blake3Ids, BlockId, IdHasher, IdStream, NamespaceKey, NamespaceSecret, StreamingId};
 pub use store::{
     Comparison, Dedup, Demotion, DiskRead, Draft, Filling, GpuConfig, PinnedRead, Prepared,
     Promotion, PutForm, ReadStep, Reservation, RoomStep, SealStep, Sealed, SlotId, Store,

@@ -23,9 +23,8 @@ import threading
 from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
-from .. import _native
 from ..client import EngineBlock
-from ..errors import KvFabricError
+from ..errors import KvFabricError, VerificationError
 from ..models import model as preset
 from .layout import MlaPages
 from .metadata import KvFabricConnectorMetadata, LoadSpec, SaveSpec
@@ -69,13 +68,16 @@ class WorkerSide:
         buf = self.pages.new_block()
         try:
             self.client.get_into(block, buf, verify=False)
-            found = _native.block_id(self.model.name, buf.numpy(), self.cfg.namespace).hex()
         except KvFabricError as e:
             return None, f"fetching: {e}"
         except Exception as e:  # anything else is a failed load too, never a crashed step
             return None, f"fetching: {type(e).__name__}: {e}"
-        if found != block:
-            return None, f"verification: the bytes read hash to {found}"
+        try:
+            self.client.verify(block, self.model.name, buf.numpy())
+        except VerificationError as e:
+            return None, f"verification: the bytes read hash to {e.found}"
+        except Exception as e:  # keys not obtainable: a failed load, never a crashed step
+            return None, f"verification: {type(e).__name__}: {e}"
         return buf, None
 
     def _load(self, spec: LoadSpec) -> None:

@@ -62,7 +62,12 @@ impl Cluster {
             self.config.replication as usize,
             &held,
             &voters,
-            |id| self.live_holders(id).into_iter().map(|(n, _)| n).collect(),
+            |ns, id| {
+                self.live_holders(&super::directory_block(ns, *id))
+                    .into_iter()
+                    .map(|(n, _)| n)
+                    .collect()
+            },
         );
         Ok((held.len() as u64, copies))
     }

@@ -27,13 +27,14 @@ impl Cluster {
         ids
     }
 
-    /// The live holders of `id` and the tiers they hold it in (one entry per node and tier).
-    pub(crate) fn live_holders(&self, id: &BlockId) -> Vec<(NodeId, Tier)> {
+    /// The live holders of the block of directory key `key` ([`super::directory_block`]) and
+    /// the tiers they hold it in (one entry per node and tier).
+    pub(crate) fn live_holders(&self, key: &BlockId) -> Vec<(NodeId, Tier)> {
         let now_ms = self.clock.now_ms();
         let mut out: Vec<(NodeId, Tier)> = self
             .directory
             .view()
-            .read(|s| s.owners(id))
+            .read(|s| s.owners(key))
             .into_iter()
             .map(|o| (NodeId(o.node.0), o.tier))
             .filter(|(n, _)| self.is_live(*n, now_ms))

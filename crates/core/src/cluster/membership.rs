@@ -141,18 +141,22 @@ pub(crate) async fn run(cluster: Arc<Cluster>) {
     }
 }
 
-/// Claims every block the store holds under `epoch`, in batches of `batch_records_max`.
+/// Claims every block the store holds (by namespace: [`super::directory_block`]) under
+/// `epoch`, in batches of `batch_records_max`.
 async fn register_held(
     cluster: &Cluster,
     me: NodeId,
     epoch: Epoch,
 ) -> Result<usize, DirectoryError> {
-    let held = cluster
+    let held: Vec<_> = cluster
         .local
         .held_blocks()
         .map_err(|e| DirectoryError::Stopped {
             reason: format!("reading the store: {e}"),
-        })?;
+        })?
+        .into_iter()
+        .map(|(ns, id, tier)| (super::directory_block(&ns, id), tier))
+        .collect();
     let per_batch = cluster.directory.config().batch_records_max.max(1);
     for chunk in held.chunks(per_batch) {
         let batch = OwnershipBatch::claim(me, epoch, chunk.to_vec(), Vec::new());

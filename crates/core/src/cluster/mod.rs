@@ -28,6 +28,7 @@ pub mod bandwidth;
 pub mod control;
 mod control_server;
 mod dev_certs;
+mod dir_keys;
 pub(crate) mod drain;
 pub(crate) mod health;
 mod links;
@@ -59,6 +60,8 @@ use crate::local::LocalNode;
 use membership::Incarnation;
 use net::{raft_channel, RaftNet, RaftNetCounters, CONTROL_CHANNEL};
 use source::StoreSource;
+
+pub(crate) use dir_keys::{block_of_directory, directory_block};
 
 /// The directory's chunk key for `key` put under `ns`: keyed by the namespace, so that one
 /// tenant's chunk keys never resolve (or reveal anything) under another's.

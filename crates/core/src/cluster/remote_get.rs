@@ -10,9 +10,11 @@
 //! asked answered that it holds no copy; unreachable when owners exist but not every one
 //! answered — a 404 for an acknowledged block would be a lie to the engine.
 //!
-//! Namespaces: ids are keyed by namespace, so the fetch names the caller's namespace and an
-//! owner holding the id under another namespace answers "not found"; each namespace the
-//! caller may read is tried in turn.
+//! Namespaces: the directory keys owner records by namespace
+//! ([`super::directory_block`]), so owners are looked up under each namespace the caller may
+//! read (all of them, whatever is found) and only those are asked, naming that namespace: an
+//! id held under another tenant's namespace has no owner under the caller's, and its miss
+//! ends here, before any peer is asked, exactly as for an id nobody holds.
 //!
 //! Every fetch that succeeds is timed (from its start to the verified block) into the
 //! bandwidth table as a sample of the link from the serving owner to this node.
@@ -61,9 +63,10 @@ pub(crate) enum Miss {
 }
 
 impl Cluster {
-    /// Live owners of `id` other than this node, ranked, with the tier each holds it in.
-    fn ranked_owners(&self, id: &BlockId) -> Vec<(NodeId, Tier)> {
-        let owners = self.directory.view().read(|s| s.owners(id));
+    /// Live owners of `(ns, id)` other than this node, ranked, with the tier each holds it in.
+    fn ranked_owners(&self, ns: &NamespaceKey, id: &BlockId) -> Vec<(NodeId, Tier)> {
+        let key = super::directory_block(ns, *id);
+        let owners = self.directory.view().read(|s| s.owners(&key));
         let now_ms = self.clock.now_ms();
         rank_owners(
             self.me,
@@ -74,26 +77,32 @@ impl Cluster {
     }
 
     /// Runs `exchange(peer, ns)` over `id`'s ranked owners under each namespace of `read`
-    /// until one succeeds; the winner, or the verdict.
+    /// (the owners recorded under that namespace: another tenant's are never asked) until one
+    /// succeeds; the winner with the namespace it served under, or the verdict.
     async fn from_owners<T, F, Fut>(
         self: &Arc<Self>,
         read: &[NamespaceKey],
         id: BlockId,
         exchange: F,
-    ) -> Result<(NodeId, Tier, T), Miss>
+    ) -> Result<(NodeId, Tier, NamespaceKey, T), Miss>
     where
         T: Send + 'static,
         F: Fn(Arc<Cluster>, PeerAddr, NamespaceKey) -> Fut + Copy + Send + 'static,
         Fut: std::future::Future<Output = Result<T, TransportError>> + Send + 'static,
     {
-        let owners = self.ranked_owners(&id);
-        if owners.is_empty() {
+        // Every namespace's owners first: with none under any of the caller's namespaces the
+        // miss ends here, before any peer is asked, whatever other tenants hold.
+        let by_ns: Vec<_> = read
+            .iter()
+            .map(|ns| (*ns, self.ranked_owners(ns, &id)))
+            .filter(|(_, owners)| !owners.is_empty())
+            .collect();
+        if by_ns.is_empty() {
             return Err(Miss::NotFound);
         }
         let hedge = Duration::from_millis(self.config.failover.hedge_ms);
         let mut unreachable: Vec<NodeId> = Vec::new();
-        for ns in read {
-            let ns = *ns;
+        for (ns, owners) in by_ns {
             let attempt_one = |(n, tier): (NodeId, Tier)| {
                 let cluster = self.clone();
                 async move {
@@ -107,7 +116,7 @@ impl Cluster {
             let g = attempt::until(owners.clone(), 1, hedge, attempt_one).await;
             self.check_abandoned(g.abandoned.iter().map(|(n, _)| *n).collect());
             if let Some(((n, _), (tier, t))) = g.won.into_iter().next() {
-                return Ok((n, tier, t));
+                return Ok((n, tier, ns, t));
             }
             let not_found = g
                 .failed
@@ -142,7 +151,7 @@ impl Cluster {
             let b = c.transport.fetch(&peer, ns, id).await?;
             Ok((b, started.elapsed()))
         };
-        let (source, owner_tier, (block, elapsed)) = self.from_owners(read, id, fetch).await?;
+        let (source, owner_tier, ns, (block, elapsed)) = self.from_owners(read, id, fetch).await?;
         self.bandwidth
             .record(source, block.bytes().len() as u64, elapsed);
         let engine = crate::events::poll::peer_engine(self, source, block.namespace(), id).await;
@@ -162,7 +171,7 @@ impl Cluster {
             // Registered in the background: the verified bytes are served now, whether or not
             // the directory has a leader at this moment (after a leader's loss it may not).
             tokio::spawn(async move {
-                let claim = b.claim(id, tier, None);
+                let claim = b.claim(super::directory_block(&ns, id), tier, None);
                 match tokio::time::timeout(Duration::from_millis(REGISTER_TIMEOUT_MS), claim).await
                 {
                     Ok(Ok(_)) => {}
@@ -190,7 +199,7 @@ impl Cluster {
         let probe = move |c: Arc<Cluster>, peer: PeerAddr, ns: NamespaceKey| async move {
             c.transport.probe(&peer, ns, id).await
         };
-        let (source, tier, stored_len) = self.from_owners(read, id, probe).await?;
+        let (source, tier, _, stored_len) = self.from_owners(read, id, probe).await?;
         Ok(RemoteHead {
             source,
             tier,
@@ -198,13 +207,14 @@ impl Cluster {
         })
     }
 
-    /// Live owners of `id` as node ids (for lookups).
-    pub(crate) fn live_owner_ids(&self, id: &BlockId) -> Vec<NodeId> {
+    /// Live owners of `(ns, id)` as node ids (for lookups).
+    pub(crate) fn live_owner_ids(&self, ns: &NamespaceKey, id: BlockId) -> Vec<NodeId> {
         let now_ms = self.clock.now_ms();
+        let key = super::directory_block(ns, id);
         let mut ids: Vec<NodeId> = self
             .directory
             .view()
-            .read(|s| s.owners(id))
+            .read(|s| s.owners(&key))
             .into_iter()
             .map(|o| NodeId(o.node.0))
             .filter(|n| self.is_live(*n, now_ms))
@@ -214,14 +224,16 @@ impl Cluster {
         ids
     }
 
-    /// The block a chunk key names under one of `read`'s namespaces, at `consistency`
-    /// (linearizable: reflects every registration completed before the call, or an error).
+    /// The block a chunk key names under one of `read`'s namespaces, and that namespace, at
+    /// `consistency` (linearizable: reflects every registration completed before the call,
+    /// or an error).
     pub(crate) async fn resolve_chunk_at(
         &self,
         read: &[NamespaceKey],
         key: crate::ids::ChunkKey,
         consistency: ReadConsistency,
-    ) -> Result<Option<BlockId>, kvfabric_directory::DirectoryError> {
+    ) -> Result<Option<(NamespaceKey, BlockId)>, kvfabric_directory::DirectoryError> {
+        let mut found = None;
         for (i, ns) in read.iter().enumerate() {
             let k = super::directory_chunk_key(ns, key);
             // One barrier is enough: later namespaces read the state it brought up to date.
@@ -230,10 +242,13 @@ impl Cluster {
             } else {
                 ReadConsistency::Local
             };
-            if let Some(b) = self.directory.resolve(&k, c).await? {
-                return Ok(Some(b));
+            // Every namespace is read (no early exit): the work does not depend on which
+            // one, if any, maps the key.
+            let b = self.directory.resolve(&k, c).await?;
+            if found.is_none() {
+                found = b.map(|b| (*ns, super::block_of_directory(ns, b)));
             }
         }
-        Ok(None)
+        Ok(found)
     }
 }

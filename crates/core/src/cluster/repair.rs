@@ -64,9 +64,9 @@ pub(crate) async fn run(cluster: Arc<Cluster>) {
             cluster.me,
             replication,
             &held,
-            |id| {
+            |ns, id| {
                 cluster
-                    .live_holders(id)
+                    .live_holders(&super::directory_block(ns, *id))
                     .into_iter()
                     .map(|(n, _)| n)
                     .collect()

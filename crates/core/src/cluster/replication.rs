@@ -168,13 +168,14 @@ impl Cluster {
                 .get(i)
                 .map(|k| super::directory_chunk_key(&ns, *k))
         };
+        let key = super::directory_block(&ns, id);
         let second = async {
             match chunk(1) {
-                Some(c) => batcher.claim(id, tier, Some(c)).await.map(|_| ()),
+                Some(c) => batcher.claim(key, tier, Some(c)).await.map(|_| ()),
                 None => Ok(()),
             }
         };
-        let (first, second) = tokio::join!(batcher.claim(id, tier, chunk(0)), second);
+        let (first, second) = tokio::join!(batcher.claim(key, tier, chunk(0)), second);
         first
             .map(|_| ())
             .and(second)
@@ -183,11 +184,11 @@ impl Cluster {
 }
 
 impl Cluster {
-    /// Releases this node's ownership record of `id` in `tier` (the reference is gone either
-    /// way; a release that does not commit is purged with the lease).
-    pub(crate) async fn release(&self, id: BlockId, tier: kvfabric_store::Tier) {
+    /// Releases this node's ownership record of `(ns, id)` in `tier` (the reference is gone
+    /// either way; a release that does not commit is purged with the lease).
+    pub(crate) async fn release(&self, ns: NamespaceKey, id: BlockId, tier: kvfabric_store::Tier) {
         if let Some(b) = self.incarnation.batcher() {
-            if let Err(e) = b.release(id, tier).await {
+            if let Err(e) = b.release(super::directory_block(&ns, id), tier).await {
                 tracing::warn!(block = %id, error = %e, "releasing ownership failed");
             }
         }

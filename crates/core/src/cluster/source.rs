@@ -57,7 +57,11 @@ impl StoreSource {
             .await
             .map_err(|e| e.to_string())?;
         batcher
-            .claim(block.id(), tier, None)
+            .claim(
+                super::directory_block(&block.namespace(), block.id()),
+                tier,
+                None,
+            )
             .await
             .map_err(|e| format!("registering the copy: {e}"))?;
         Ok(())

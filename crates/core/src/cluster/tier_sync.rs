@@ -36,14 +36,15 @@ pub(crate) struct TierSyncCounters {
 /// The records one move becomes: the new tier claimed before the old one is released, so the
 /// block is never without an owner record in between.
 pub(crate) fn records(m: &TierMove) -> [OwnershipRecord; 2] {
+    let block = super::directory_block(&m.namespace, m.id);
     [
         OwnershipRecord::Claim {
-            block: m.id,
+            block,
             tier: m.to,
             chunk: None,
         },
         OwnershipRecord::Release {
-            block: m.id,
+            block,
             tier: m.from,
         },
     ]
@@ -95,16 +96,18 @@ mod tests {
             from: Tier::Host,
             to: Tier::Disk,
         };
+        let block = crate::cluster::directory_block(&m.namespace, id);
+        assert_ne!(block, id, "recorded by namespace");
         assert_eq!(
             records(&m),
             [
                 OwnershipRecord::Claim {
-                    block: id,
+                    block,
                     tier: Tier::Disk,
                     chunk: None
                 },
                 OwnershipRecord::Release {
-                    block: id,
+                    block,
                     tier: Tier::Host
                 },
             ]

@@ -28,11 +28,11 @@ pub fn plan(
     replication: usize,
     held: &[(NamespaceKey, BlockId)],
     voters: &[NodeId],
-    mut holders: impl FnMut(&BlockId) -> Vec<NodeId>,
+    mut holders: impl FnMut(&NamespaceKey, &BlockId) -> Vec<NodeId>,
 ) -> Vec<DrainCopy> {
     let mut out = Vec::new();
     for (ns, id) in held {
-        let mut h = holders(id);
+        let mut h = holders(ns, id);
         h.sort_unstable();
         h.dedup();
         let on_voters = h.iter().filter(|n| **n != me && voters.contains(n)).count();
@@ -65,7 +65,7 @@ mod tests {
         let me = NodeId(5);
         let voters = [NodeId(1), NodeId(2), NodeId(3)];
         let held = [b(1), b(2), b(3)];
-        let p = plan(me, 2, &held, &voters, |id| match id.0[0] {
+        let p = plan(me, 2, &held, &voters, |_, id| match id.0[0] {
             1 => vec![NodeId(5), NodeId(1), NodeId(2)], // enough elsewhere
             2 => vec![NodeId(5), NodeId(1), NodeId(4)], // n4 is a learner: one short
             _ => vec![NodeId(5)],                       // only here
@@ -87,7 +87,7 @@ mod tests {
             let me = NodeId(7);
             let voters: Vec<NodeId> = (1..=5).map(NodeId).collect();
             let held: Vec<_> = (0..holders.len() as u8).map(b).collect();
-            let of = |id: &BlockId| -> Vec<NodeId> {
+            let of = |_: &NamespaceKey, id: &BlockId| -> Vec<NodeId> {
                 holders[id.0[0] as usize].iter().map(|n| NodeId(*n)).collect()
             };
             let p = plan(me, r, &held, &voters, of);

@@ -37,20 +37,20 @@ pub struct Plan {
     pub under: HashSet<BlockId>,
 }
 
-/// Decides a pass: `held` are this node's blocks, `owners(id)` the distinct live owners of a
-/// block in this node's directory replica, `suspects` the blocks under-replicated in the
+/// Decides a pass: `held` are this node's blocks, `owners(ns, id)` the distinct live owners of
+/// a block in this node's directory replica, `suspects` the blocks under-replicated in the
 /// previous pass.
 pub fn plan(
     me: NodeId,
     replication: usize,
     held: &[(NamespaceKey, BlockId)],
-    mut owners: impl FnMut(&BlockId) -> Vec<NodeId>,
+    mut owners: impl FnMut(&NamespaceKey, &BlockId) -> Vec<NodeId>,
     suspects: &HashSet<BlockId>,
     max: usize,
 ) -> Plan {
     let mut plan = Plan::default();
     for (ns, id) in held {
-        let mut live = owners(id);
+        let mut live = owners(ns, id);
         live.sort_unstable();
         live.dedup();
         if !live.contains(&me) || live.len() >= replication {
@@ -85,7 +85,7 @@ mod tests {
     #[test]
     fn only_the_lowest_live_holder_repairs_and_only_on_the_second_sighting() {
         let held = vec![(ns(), b(1)), (ns(), b(2)), (ns(), b(3)), (ns(), b(4))];
-        let owners = |id: &BlockId| match id.0[0] {
+        let owners = |_: &NamespaceKey, id: &BlockId| match id.0[0] {
             1 => vec![NodeId(2), NodeId(2)], // only me, twice (two tiers)
             2 => vec![NodeId(1), NodeId(2)], // node 1 is responsible
             3 => vec![NodeId(2), NodeId(3), NodeId(1)], // enough copies
@@ -110,7 +110,7 @@ mod tests {
     fn a_pass_repairs_at_most_its_bound() {
         let held: Vec<_> = (0..10).map(|i| (ns(), b(i))).collect();
         let suspects: HashSet<_> = held.iter().map(|(_, id)| *id).collect();
-        let p = plan(NodeId(1), 2, &held, |_| vec![NodeId(1)], &suspects, 3);
+        let p = plan(NodeId(1), 2, &held, |_, _| vec![NodeId(1)], &suspects, 3);
         assert_eq!(p.repairs.len(), 3);
         assert_eq!(
             p.under.len(),

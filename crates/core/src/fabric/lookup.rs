@@ -42,16 +42,16 @@ impl Fabric {
         if let Some(cluster) = &self.cluster {
             let mut results = Vec::with_capacity(keys.len());
             for k in keys {
-                let block = cluster
+                let found = cluster
                     .resolve_chunk_at(read, *k, consistency)
                     .await
                     .map_err(|e| FabricError::DirectoryUnavailable(e.to_string()))?;
-                let owners = block
-                    .map(|b| cluster.live_owner_ids(&b))
+                let owners = found
+                    .map(|(ns, b)| cluster.live_owner_ids(&ns, b))
                     .unwrap_or_default();
                 results.push(Resolved {
                     key: *k,
-                    block,
+                    block: found.map(|(_, b)| b),
                     owners,
                 });
             }

@@ -147,21 +147,31 @@ impl Fabric {
         })
     }
 
-    /// Drops this node's reference on `id` in `write` (and its ownership record): every
-    /// variant of it this node holds. `read`
-    /// decides whether a block the caller may not delete is [`FabricError::DeleteForbidden`]
-    /// (visible to them) or [`FabricError::NotFound`].
+    /// Drops this node's reference on `id` under the first of `own` (the caller's namespace
+    /// under each readable secret, the current one first) that holds it, and its ownership
+    /// record: every variant of it this node holds. `read` decides whether a block the caller
+    /// may not delete is [`FabricError::DeleteForbidden`] (visible to them) or
+    /// [`FabricError::NotFound`].
     pub async fn delete(
         &self,
-        write: NamespaceKey,
+        own: &[NamespaceKey],
         read: &[NamespaceKey],
         id: BlockId,
     ) -> Result<(), FabricError> {
-        let held = self.local.head(&[write], &id)?;
+        let mut held = None;
+        for k in own {
+            if held.is_none() {
+                held = self.local.head(&[*k], &id)?.map(|(tier, _)| (*k, tier));
+            }
+        }
+        let write = held.map_or(own.first().copied(), |(k, _)| Some(k));
+        let Some(write) = write else {
+            return Err(FabricError::NotFound);
+        };
         match self.local.delete(&write, read, &id)? {
             Deleted::Released => {
-                if let (Some(c), Some((tier, _))) = (&self.cluster, held) {
-                    c.release(id, tier).await;
+                if let (Some(c), Some((ns, tier))) = (&self.cluster, held) {
+                    c.release(ns, id, tier).await;
                 }
                 Ok(())
             }

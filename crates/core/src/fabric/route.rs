@@ -11,12 +11,15 @@
 //! matches a block of the request held on this node (when exactly one preset has that
 //! length); otherwise [`FabricError::ModelRequired`]. Bandwidths between nodes are the
 //! measured ones (asked of peers when their report is older than
-//! `cluster::links::LINKS_MAX_AGE_MS`), else `route.default_bandwidth_gbps`.
+//! `cluster::links::LINKS_MAX_AGE_MS`), else `route.default_bandwidth_gbps`; always the
+//! default when the query says `measured_links: false` (a tenant of a node with tenants:
+//! the measurements move with other tenants' transfers).
 
 use kvfabric_directory::ReadConsistency;
 use kvfabric_store::{BlockId, NamespaceKey, Tier};
 
 use super::Fabric;
+use crate::cluster::directory_block;
 use crate::decide::score::{self, ChunkHolders, ChunkSize, Link, Mode, NodeScore, Speeds};
 use crate::error::FabricError;
 use crate::ids::{ChunkKey, NodeId};
@@ -33,6 +36,10 @@ pub struct RouteQuery<'a> {
     pub mode: Mode,
     /// The model, when the caller named one (must be storable).
     pub model: Option<&'a Model>,
+    /// Whether fetches are priced at the measured bandwidths (else at
+    /// `route.default_bandwidth_gbps`): the measurements move with every tenant's transfers,
+    /// so a tenant of a node with tenants is priced at the default.
+    pub measured_links: bool,
 }
 
 /// The ranking of a route.
@@ -73,20 +80,23 @@ impl Fabric {
                     let mut c = ChunkHolders::default();
                     let local = ReadConsistency::Local;
                     let resolve = |key| cluster.resolve_chunk_at(read, key, local);
-                    if let Some(b) = resolve(*k).await.map_err(unavailable)? {
-                        c.prefix = cluster.live_holders(&b);
+                    let holders_of = |ns, b| cluster.live_holders(&directory_block(&ns, b));
+                    if let Some((ns, b)) = resolve(*k).await.map_err(unavailable)? {
+                        c.prefix = holders_of(ns, b);
                         resolved.push(b);
                     }
                     if let Some(ind) = &q.independent {
-                        if let Some(b) = resolve(ind[i]).await.map_err(unavailable)? {
-                            c.independent = cluster.live_holders(&b);
+                        if let Some((ns, b)) = resolve(ind[i]).await.map_err(unavailable)? {
+                            c.independent = holders_of(ns, b);
                             resolved.push(b);
                         }
                     }
                     holders.push(c);
                 }
                 let live = cluster.live_members();
-                cluster.refresh_links(&live).await;
+                if q.measured_links {
+                    cluster.refresh_links(&live).await;
+                }
                 (live, holders, resolved)
             }
             None => self.standalone_holders(read, &q.keys, q.independent.as_deref())?,
@@ -105,8 +115,12 @@ impl Fabric {
             tier_read_gbps: [cfg.gpu_read_gbps, cfg.host_read_gbps, cfg.disk_read_gbps],
         };
         let cluster = self.cluster.as_ref();
-        let link = |from: NodeId, to: NodeId| match cluster.and_then(|c| c.bandwidth.gbps(from, to))
-        {
+        let measured = |from, to| {
+            cluster
+                .filter(|_| q.measured_links)
+                .and_then(|c| c.bandwidth.gbps(from, to))
+        };
+        let link = |from: NodeId, to: NodeId| match measured(from, to) {
             Some(gbps) => Link {
                 gbps,
                 measured: true,

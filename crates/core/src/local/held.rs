@@ -71,13 +71,6 @@ impl Held {
         self.map.remove(&(*ns, *id))
     }
 
-    /// Every held block with its first slot.
-    pub(crate) fn first_slots(&self) -> impl Iterator<Item = (BlockId, SlotId)> + '_ {
-        self.map
-            .iter()
-            .filter_map(|((_, id), b)| b.slots.first().map(|s| (*id, *s)))
-    }
-
     /// The events' view of a held block.
     pub(crate) fn info(&self, ns: &NamespaceKey, id: &BlockId) -> Option<&BlockInfo> {
         self.map.get(&(*ns, *id)).and_then(|b| b.info.as_ref())

@@ -330,16 +330,16 @@ impl LocalNode {
         })
     }
 
-    /// Every block this node holds and the tier it sits in (for registering ownership after
-    /// a start). At most one entry per id, whatever its namespaces.
-    pub fn held_blocks(&self) -> Result<Vec<(BlockId, Tier)>, LocalError> {
+    /// Every block this node holds, its namespace and the tier it sits in (for registering
+    /// ownership after a start, by namespace), in a stable order.
+    pub fn held_blocks(&self) -> Result<Vec<(NamespaceKey, BlockId, Tier)>, LocalError> {
         self.with(|l| {
-            let mut out = std::collections::BTreeMap::new();
-            for (id, slot) in l.held.first_slots() {
-                let tier = l.store.handle(slot)?.tier;
-                out.insert(id, tier);
+            let mut out = Vec::with_capacity(l.held.len());
+            for (ns, id, slot) in l.held.iter() {
+                out.push((ns, id, l.store.handle(slot)?.tier));
             }
-            Ok(out.into_iter().collect())
+            out.sort_unstable_by_key(|(ns, id, _)| (id.0, ns.0));
+            Ok(out)
         })
     }
 

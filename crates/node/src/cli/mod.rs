@@ -9,7 +9,9 @@
 //! kvfabric lookup [--node URL] [--token T] KEY...     chunk keys → blocks and owners
 //! kvfabric status [--node URL] [--token T] [--json]   members, tiers, readiness
 //! kvfabric models [--models-dir DIR] [--json]         the geometry presets
-//! kvfabric certs  --out DIR [--nodes N]               cluster CA and node certificates
+//! kvfabric certs  --out DIR [--nodes N]               cluster CA, node certificates, the
+//!                                                     namespace secret (kept if present)
+//! kvfabric secret show|stage|promote|retire --file F  the namespace secret and its rotation
 //! kvfabric cluster up [--nodes N] [--dir DIR]         start a local cluster of processes
 //! kvfabric cluster down [--dir DIR]                   stop it
 //! kvfabric demo [--agents N] [--docs N] [--seed S]    the multi-agent workload on 3 nodes
@@ -33,6 +35,7 @@ mod lookup;
 mod models;
 mod node;
 mod put;
+mod secret;
 mod status;
 
 use kvfabric_bench as bench;
@@ -62,8 +65,10 @@ enum Command {
     Status(status::StatusArgs),
     /// List the model geometry presets.
     Models(models::ModelsArgs),
-    /// Write a cluster CA and per-node certificates for mTLS.
+    /// Write a cluster CA and per-node certificates for mTLS, and the namespace secret.
     Certs(certs::CertsArgs),
+    /// Show or rotate the cluster's namespace secret.
+    Secret(secret::SecretArgs),
     /// Start or stop a local cluster of node processes.
     Cluster(cluster::ClusterArgs),
     /// Run the multi-agent demo on a local 3-node cluster, print a report, stop the cluster.
@@ -86,6 +91,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Status(a) => status::run(a),
         Command::Models(a) => models::run(a),
         Command::Certs(a) => certs::run(a),
+        Command::Secret(a) => secret::run(a),
         Command::Cluster(a) => cluster::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),

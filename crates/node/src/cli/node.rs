@@ -1,7 +1,9 @@
 //! `kvfabric node --config FILE`: run one node.
 //!
 //! Order of a start, each step failing the process with a one-line reason:
-//! 1. load and validate the config (exit 3 naming file, key and reason);
+//! 1. load and validate the config (exit 3 naming file, key and reason), then the namespace
+//!    secret (`node.namespace_secret`; generated on the first start of a standalone node or a
+//!    development cluster, otherwise a missing or malformed file ends the process, exit 1);
 //! 2. create the data directory, bind the HTTP listener, print
 //!    `kvfabric node n<ID> listening on http://IP:PORT` on stdout;
 //! 3. advance the event epoch (`data_dir/events.epoch`) and bind the configured ZeroMQ event
@@ -75,7 +77,8 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
         }
     }
 
-    let tenancy = Tenancy::new(&config.namespaces, &config.tenants);
+    let secrets = load_secrets(&config.namespace_secret)?;
+    let tenancy = Tenancy::new(&config.namespaces, &config.tenants, &secrets);
     let operator = Operator::new(config.operator.as_ref(), tenancy.is_open());
     let namespaces = tenancy.keys();
     let metrics = Metrics::new(config.node_id);
@@ -150,6 +153,10 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
                 orphaned = recovery.orphaned,
                 "store open"
             );
+            if recovery.orphaned > 0 {
+                tracing::warn!(orphaned = recovery.orphaned, "blocks on disk under a namespace key this node does not have (a retired secret or a removed namespace) were released: they are never served");
+            }
+            app.metrics.orphaned.inc_by(recovery.orphaned);
             let parts = FabricParts {
                 me: config.node_id,
                 api: api.clone(),
@@ -199,6 +206,32 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
     let _ = stop_tx.send(true);
     server.await.context("the server task failed")?;
     result
+}
+
+/// The namespace secrets of `source`, generated first where the config allows it.
+fn load_secrets(source: &config::SecretSource) -> anyhow::Result<kvfabric_core::secret::Secrets> {
+    let path = &source.path;
+    let secrets = if source.create {
+        let (s, created) = kvfabric_core::secret::ensure(path)?;
+        if created {
+            tracing::warn!(file = %path.display(), "generated a namespace secret (first start): keep it with the node's data");
+        }
+        s
+    } else if !path.exists() {
+        anyhow::bail!(
+            "the namespace secret file {} does not exist: write it with `kvfabric certs --out DIR` (beside the certificates) and copy it to every member",
+            path.display()
+        );
+    } else {
+        kvfabric_core::secret::Secrets::load(path)?
+    };
+    tracing::info!(
+        file = %path.display(),
+        current = %secrets.current.id(),
+        readable = secrets.readable().len(),
+        "namespace secret loaded"
+    );
+    Ok(secrets)
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -11,6 +11,9 @@
 //!                                   # node prints the address it bound on stdout)
 //! data_dir = "/tmp/kvfabric/node1"  # owned by this node; the disk tier lives in data_dir/disk
 //! log_level = "info"                # optional, a tracing filter; RUST_LOG overrides it
+//! namespace_secret = "…"            # optional: the namespace secret file (secret.rs); default
+//!                                   # certs_dir/namespace-secret.toml on a cluster member,
+//!                                   # data_dir/namespace-secret.toml standalone
 //!
 //! [tiers]
 //! host_bytes = "1 GiB"              # host RAM arena; at least the smallest storable block
@@ -72,6 +75,7 @@ pub(crate) mod events;
 mod operator;
 mod raw;
 mod route;
+mod secret;
 mod transport;
 mod validate;
 
@@ -88,6 +92,7 @@ use kvfabric_core::NodeId;
 pub(crate) use events::EventsConfig;
 pub(crate) use kvfabric_core::config::{ClusterConfig, RouteConfig};
 pub(crate) use operator::OperatorToken;
+pub(crate) use secret::SecretSource;
 
 /// Largest config file read, in bytes.
 pub(crate) const CONFIG_FILE_BYTES_MAX: u64 = 1 << 20;
@@ -123,6 +128,8 @@ pub(crate) struct NodeConfig {
     pub(crate) operator: Option<OperatorToken>,
     /// Bounds of the per-request arenas (`[arenas]`).
     pub(crate) arenas: ArenaLimits,
+    /// Where the namespace secret is read (`node.namespace_secret`).
+    pub(crate) namespace_secret: SecretSource,
 }
 
 /// Bounds on what the HTTP API accepts.
@@ -145,7 +152,7 @@ pub(crate) struct Limits {
 /// One declared namespace.
 #[derive(Debug, Clone)]
 pub(crate) struct NamespaceDecl {
-    /// Its name (the namespace key derives from it).
+    /// Its name (the namespace key derives from it and the namespace secret).
     pub(crate) name: String,
     /// Readable by every valid token.
     pub(crate) shared: bool,

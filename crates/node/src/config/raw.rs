@@ -45,6 +45,8 @@ pub(crate) struct RawNode {
     pub(crate) data_dir: PathBuf,
     #[serde(default)]
     pub(crate) log_level: Option<String>,
+    #[serde(default)]
+    pub(crate) namespace_secret: Option<PathBuf>,
 }
 
 /// `[tiers]`.

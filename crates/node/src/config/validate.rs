@@ -127,6 +127,12 @@ impl Check<'_> {
             Some(c) => Some(self.cluster(node_id, c, transport)?),
         };
         let events = self.events(node_id, raw.events)?;
+        let namespace_secret = super::secret::check(
+            self,
+            raw.node.namespace_secret.as_deref(),
+            &data_dir,
+            cluster.as_ref(),
+        )?;
         let operator = super::operator::check(self, raw.operator, &tenants)?;
         let config = NodeConfig {
             file: self.file.to_owned(),
@@ -148,6 +154,7 @@ impl Check<'_> {
             route,
             operator,
             arenas,
+            namespace_secret,
         };
         Ok(Loaded { config, catalog })
     }

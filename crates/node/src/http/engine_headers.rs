@@ -34,7 +34,7 @@ pub(crate) const GROUP_IDX: &str = "kvfabric-engine-group-idx";
 /// That group's kind.
 pub(crate) const KV_CACHE_SPEC_KIND: &str = "kvfabric-engine-kv-cache-spec-kind";
 
-const ALL: [&str; 9] = [
+pub(crate) const ALL: [&str; 9] = [
     ENGINE,
     BLOCK_HASHES,
     PARENT_HASH,

@@ -317,6 +317,8 @@ impl ApiError {
             FabricError::Store(s) => ApiError::from_store(s),
             FabricError::Poisoned
             | FabricError::EpochFile { .. }
+            | FabricError::SecretFile { .. }
+            | FabricError::SecretRotation(_)
             | FabricError::InfoLog { .. }
             | FabricError::Random(_) => {
                 tracing::error!(error = %e, "node failure");

@@ -43,8 +43,16 @@ pub(crate) fn required<'a>(h: &'a HeaderMap, name: &'static str) -> Result<&'a s
     text(h, name)?.ok_or(ApiError::MissingHeader(name))
 }
 
+/// A non-negative decimal integer: ASCII digits only (no sign, no spaces), within `u64`.
+pub(crate) fn decimal(s: &str) -> Option<u64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
 fn integer(name: &'static str, s: &str) -> Result<u64, ApiError> {
-    s.parse().map_err(|_| ApiError::InvalidHeader {
+    decimal(s).ok_or_else(|| ApiError::InvalidHeader {
         name,
         reason: format!(
             "expected a non-negative integer, found {:?}",
@@ -146,10 +154,11 @@ pub(crate) fn read_query(query: Option<&str>) -> Result<ReadQuery, ApiError> {
                 v.chars().take(40).collect::<String>()
             ))
         };
+        let n = decimal(v).ok_or_else(bad)?;
         if k == "position" {
-            q.position = Some(checked_position(v.parse().map_err(|_| bad())?)?);
+            q.position = Some(checked_position(n)?);
         } else {
-            q.variant = v.parse().map_err(|_| bad())?;
+            q.variant = u32::try_from(n).map_err(|_| bad())?;
         }
     }
     Ok(q)
@@ -172,6 +181,9 @@ mod tests {
             "variant=-1",
             "variant=1&variant=1",
             "position=1&position=2",
+            // Digits only: Rust's integer parser takes a leading `+`, the contract does not.
+            "position=+5",
+            "variant=+1",
         ] {
             assert!(
                 matches!(read_query(Some(bad)), Err(ApiError::InvalidQuery(_))),
@@ -186,5 +198,20 @@ mod tests {
         assert_eq!(block_id(&format!("/v1/blocks/{id}")).unwrap().to_hex(), id);
         assert!(block_id("/v1/blocks/zz").is_err());
         assert!(block_id(&format!("/v1/blocks/{id}%20")).is_err());
+    }
+
+    #[test]
+    fn integers_are_digits_only() {
+        assert_eq!(decimal("096"), Some(96));
+        assert_eq!(decimal("18446744073709551615"), Some(u64::MAX));
+        for bad in ["", "+5", "-0", " 5", "5 ", "18446744073709551616", "0x10"] {
+            assert_eq!(decimal(bad), None, "{bad:?}");
+        }
+        let mut h = HeaderMap::new();
+        h.insert(TOKENS, "+64".parse().unwrap());
+        assert!(matches!(
+            required_u64(&h, TOKENS),
+            Err(ApiError::InvalidHeader { name: TOKENS, .. })
+        ));
     }
 }

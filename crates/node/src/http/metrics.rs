@@ -21,6 +21,7 @@
 //! | `kvfabric_verify_failures_total`, `kvfabric_dedup_collisions_total` | counter | |
 //! | `kvfabric_evictions_total`, `kvfabric_demotions_total`, `kvfabric_promotions_total` | counter | |
 //! | `kvfabric_quarantined_total`, `kvfabric_recovered_blocks_total` | counter | |
+//! | `kvfabric_recovered_orphaned_total` | counter | | (blocks found at open under a namespace key the node no longer has: released, never served)
 //! | `kvfabric_tier_capacity_bytes`, `kvfabric_tier_used_bytes`, `kvfabric_tier_blocks` | gauge | tier |
 //! | `kvfabric_held_blocks`, `kvfabric_chunk_keys` | gauge | |
 //! | `kvfabric_arenas`, `kvfabric_arena_bytes` | gauge | | (live per-request arenas, the bytes they hold)
@@ -118,6 +119,8 @@ pub(crate) struct Metrics {
     pub(crate) inflight: Gauge,
     pub(crate) hits: Family<TierLabels, Counter>,
     pub(crate) misses: Counter,
+    /// Blocks found at open under a namespace key the node does not have.
+    pub(crate) orphaned: Counter,
     pub(crate) bytes_in: Counter,
     pub(crate) bytes_out: Counter,
     pub(crate) puts: Family<DedupLabels, Counter>,
@@ -154,6 +157,7 @@ impl Metrics {
             inflight: Gauge::default(),
             hits: Family::default(),
             misses: Counter::default(),
+            orphaned: Counter::default(),
             bytes_in: Counter::default(),
             bytes_out: Counter::default(),
             puts: Family::default(),
@@ -244,6 +248,11 @@ impl Metrics {
             "recovered_blocks",
             "Blocks recovered from disk at open",
             s.recovered.clone(),
+        );
+        r.register(
+            "recovered_orphaned",
+            "Blocks found on disk at open under a namespace key this node does not have (a retired secret, a removed namespace): released, never served",
+            m.orphaned.clone(),
         );
         r.register(
             "tier_capacity_bytes",

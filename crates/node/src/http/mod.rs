@@ -7,12 +7,12 @@
 //! HTTP; no handler orchestrates anything itself.
 
 mod body;
-mod engine_headers;
+pub(crate) mod engine_headers;
 pub(crate) mod errors;
-mod headers;
+pub(crate) mod headers;
 pub(crate) mod metrics;
 pub(crate) mod operator;
-mod routes;
+pub(crate) mod routes;
 pub(crate) mod serve;
 pub(crate) mod tenancy;
 mod track;

@@ -28,6 +28,14 @@ impl Operator {
         }
     }
 
+    /// Whether the request's bearer is the configured operator token.
+    pub(crate) fn is_bearer(&self, headers: &HeaderMap) -> bool {
+        let (Some(digest), Ok(Some(token))) = (&self.digest, bearer(headers)) else {
+            return false;
+        };
+        blake3::hash(token.as_bytes()).as_bytes() == digest
+    }
+
     /// `Ok` if the request's bearer is the operator (or the node is open and has no operator
     /// token).
     pub(crate) fn authorize(&self, headers: &HeaderMap, tenancy: &Tenancy) -> Result<(), ApiError> {

@@ -1,6 +1,11 @@
 //! Tenancy: the bearer token selects the caller's namespace; namespaces declared shared are
 //! readable by every valid token and writable by the tokens given to them.
 //!
+//! Namespace keys derive from the cluster's namespace secret and the name
+//! ([`NamespaceKey::from_secret`]), never from the name alone: a put uses the key of the
+//! secret file's `current` secret, and reads, lookups and deletes try the keys of every
+//! secret in it (a rotation in progress, see [`kvfabric_core::secret`]), current first.
+//!
 //! Tokens are compared by their blake3 digest (a map keyed by digest), so the time a lookup
 //! takes says nothing about how much of a guessed token was right. With no tenants configured
 //! the node is open: every request uses the namespace `default` and tokens are ignored.
@@ -11,6 +16,7 @@
 use std::collections::HashMap;
 
 use axum::http::HeaderMap;
+use kvfabric_core::secret::Secrets;
 use kvfabric_store::NamespaceKey;
 
 use super::errors::ApiError;
@@ -23,8 +29,41 @@ pub(crate) const NAMESPACE_HEADER: &str = "kvfabric-namespace";
 #[derive(Debug)]
 struct Namespace {
     name: String,
-    key: NamespaceKey,
+    /// Under the current secret first, then every other readable one.
+    keys: Vec<NamespaceKey>,
     shared: bool,
+}
+
+impl Namespace {
+    fn new(name: &str, shared: bool, secrets: &Secrets) -> Namespace {
+        Namespace {
+            name: name.to_owned(),
+            keys: secrets
+                .readable()
+                .iter()
+                .map(|s| NamespaceKey::from_secret(s, name))
+                .collect(),
+            shared,
+        }
+    }
+
+    /// The key puts use.
+    fn current(&self) -> NamespaceKey {
+        self.keys[0]
+    }
+}
+
+/// One namespace as `GET /v1/namespaces` shows it to a caller that may read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NamespaceView {
+    /// Its name.
+    pub(crate) name: String,
+    /// Whether the caller may put into it.
+    pub(crate) writable: bool,
+    /// Declared shared.
+    pub(crate) shared: bool,
+    /// Its keys: the one puts use first, then the others a block may have been put under.
+    pub(crate) keys: Vec<NamespaceKey>,
 }
 
 /// Who may use which namespace.
@@ -43,26 +82,22 @@ pub(crate) struct Caller<'a> {
 }
 
 impl Tenancy {
-    /// From the validated config (an open node when `tenants` is empty).
-    pub(crate) fn new(namespaces: &[NamespaceDecl], tenants: &[TenantDecl]) -> Tenancy {
+    /// From the validated config (an open node when `tenants` is empty), keyed by `secrets`.
+    pub(crate) fn new(
+        namespaces: &[NamespaceDecl],
+        tenants: &[TenantDecl],
+        secrets: &Secrets,
+    ) -> Tenancy {
         if tenants.is_empty() {
             return Tenancy {
-                namespaces: vec![Namespace {
-                    name: OPEN_NAMESPACE.to_owned(),
-                    key: NamespaceKey::derive(OPEN_NAMESPACE),
-                    shared: false,
-                }],
+                namespaces: vec![Namespace::new(OPEN_NAMESPACE, false, secrets)],
                 tokens: HashMap::new(),
             };
         }
         Tenancy {
             namespaces: namespaces
                 .iter()
-                .map(|n| Namespace {
-                    name: n.name.clone(),
-                    key: NamespaceKey::derive(&n.name),
-                    shared: n.shared,
-                })
+                .map(|n| Namespace::new(&n.name, n.shared, secrets))
                 .collect(),
             tokens: tenants
                 .iter()
@@ -76,20 +111,24 @@ impl Tenancy {
         self.tokens.is_empty()
     }
 
-    /// Every namespace key (to re-hold blocks recovered from disk).
+    /// Every namespace key, under every readable secret (to re-hold blocks recovered from
+    /// disk).
     pub(crate) fn keys(&self) -> Vec<NamespaceKey> {
-        self.namespaces.iter().map(|n| n.key).collect()
+        self.namespaces
+            .iter()
+            .flat_map(|n| n.keys.iter().copied())
+            .collect()
     }
 
     /// The namespace an operator's request names by the `kvfabric-namespace` header (any
-    /// declared one), else the first declared (an open node's only one).
+    /// declared one), else the first declared (an open node's only one), under the current secret.
     pub(crate) fn operator_namespace(&self, headers: &HeaderMap) -> Result<NamespaceKey, ApiError> {
         let invalid = |reason: String| ApiError::InvalidHeader {
             name: NAMESPACE_HEADER,
             reason,
         };
         let Some(v) = headers.get(NAMESPACE_HEADER) else {
-            return Ok(self.namespaces[0].key);
+            return Ok(self.namespaces[0].current());
         };
         let name = v
             .to_str()
@@ -97,7 +136,7 @@ impl Tenancy {
         self.namespaces
             .iter()
             .find(|n| n.name == name)
-            .map(|n| n.key)
+            .map(Namespace::current)
             .ok_or_else(|| {
                 invalid(format!(
                     "expected a declared namespace, found {:?}",
@@ -151,39 +190,74 @@ impl Caller<'_> {
         }
     }
 
-    /// The token's own namespace (what it writes; events show token ids of its blocks only).
-    pub(crate) fn own(&self) -> NamespaceKey {
-        self.tenancy.namespaces[self.own].key
+    /// The token's own namespace under every readable secret (events show the engine's token
+    /// ids of its blocks only).
+    pub(crate) fn own_keys(&self) -> Vec<NamespaceKey> {
+        self.tenancy.namespaces[self.own].keys.clone()
     }
 
-    /// The namespace a put or delete goes to: the token's own.
-    pub(crate) fn write(&self, headers: &HeaderMap) -> Result<NamespaceKey, ApiError> {
+    fn own_namespace(&self, headers: &HeaderMap) -> Result<&Namespace, ApiError> {
         let own = &self.tenancy.namespaces[self.own];
         match Self::named(headers)? {
             Some(name) if name != own.name => Err(ApiError::NamespaceForbidden("write")),
-            _ => Ok(own.key),
+            _ => Ok(own),
         }
     }
 
-    /// The namespaces a read probes: the token's own first, then every shared one.
-    pub(crate) fn read(&self, headers: &HeaderMap) -> Result<Vec<NamespaceKey>, ApiError> {
+    /// The namespace key a put goes to: the token's own, under the current secret.
+    pub(crate) fn write(&self, headers: &HeaderMap) -> Result<NamespaceKey, ApiError> {
+        Ok(self.own_namespace(headers)?.current())
+    }
+
+    /// The keys a delete may drop a block under: the token's own namespace under every
+    /// readable secret, the current one first.
+    pub(crate) fn delete_keys(&self, headers: &HeaderMap) -> Result<Vec<NamespaceKey>, ApiError> {
+        Ok(self.own_namespace(headers)?.keys.clone())
+    }
+
+    fn readable(&self) -> impl Iterator<Item = (usize, &Namespace)> {
         let all = &self.tenancy.namespaces;
-        let readable = |i: usize| i == self.own || all[i].shared;
+        std::iter::once((self.own, &all[self.own])).chain(
+            all.iter()
+                .enumerate()
+                .filter(move |(i, n)| *i != self.own && n.shared),
+        )
+    }
+
+    /// The namespace keys a read probes: the token's own namespace first, then every shared
+    /// one; each under every readable secret, the current one first.
+    pub(crate) fn read(&self, headers: &HeaderMap) -> Result<Vec<NamespaceKey>, ApiError> {
         match Self::named(headers)? {
-            Some(name) => match all.iter().position(|n| n.name == name) {
-                Some(i) if readable(i) => Ok(vec![all[i].key]),
-                _ => Err(ApiError::NamespaceForbidden("read")),
+            Some(name) => match self.readable().find(|(_, n)| n.name == name) {
+                Some((_, n)) => Ok(n.keys.clone()),
+                None => Err(ApiError::NamespaceForbidden("read")),
             },
-            None => {
-                let mut out = vec![all[self.own].key];
-                out.extend(
-                    (0..all.len())
-                        .filter(|&i| i != self.own && all[i].shared)
-                        .map(|i| all[i].key),
-                );
-                Ok(out)
-            }
+            None => Ok(self
+                .readable()
+                .flat_map(|(_, n)| n.keys.iter().copied())
+                .collect()),
         }
+    }
+
+    /// The namespaces this caller may read, its own first, with their keys (what a client
+    /// needs to verify the ids of what it reads); narrowed to the one `kvfabric-namespace`
+    /// names.
+    pub(crate) fn views(&self, headers: &HeaderMap) -> Result<Vec<NamespaceView>, ApiError> {
+        let named = Self::named(headers)?;
+        let views: Vec<_> = self
+            .readable()
+            .filter(|(_, n)| named.is_none_or(|name| n.name == name))
+            .map(|(i, n)| NamespaceView {
+                name: n.name.clone(),
+                writable: i == self.own,
+                shared: n.shared,
+                keys: n.keys.clone(),
+            })
+            .collect();
+        if views.is_empty() {
+            return Err(ApiError::NamespaceForbidden("read"));
+        }
+        Ok(views)
     }
 }
 
@@ -191,6 +265,10 @@ impl Caller<'_> {
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
+
+    fn secrets() -> Secrets {
+        Secrets::parse(&format!("current = \"{}\"\n", "11".repeat(32))).unwrap()
+    }
 
     fn tenancy() -> Tenancy {
         let ns = |name: &str, shared| NamespaceDecl {
@@ -209,6 +287,7 @@ mod tests {
                     namespace: 1,
                 },
             ],
+            &secrets(),
         )
     }
 
@@ -226,7 +305,7 @@ mod tests {
     #[test]
     fn tokens_select_namespaces_and_shared_ones_are_readable() {
         let t = tenancy();
-        let key = NamespaceKey::derive;
+        let key = |name: &str| NamespaceKey::from_secret(&secrets().current, name);
         assert!(matches!(
             t.caller(&headers(None, None)),
             Err(ApiError::MissingToken)
@@ -248,6 +327,9 @@ mod tests {
         assert!(matches!(a.write(&h), Err(ApiError::NamespaceForbidden(_))));
         let h = headers(Some("Bearer token-a-0123456789"), Some("docs"));
         assert_eq!(a.read(&h).unwrap(), vec![key("docs")]);
+        assert_eq!(a.views(&h).unwrap().len(), 1, "narrowed to docs");
+        let all = headers(Some("Bearer token-a-0123456789"), None);
+        assert_eq!(a.views(&all).unwrap().len(), 2, "own and shared, not b");
         assert!(matches!(a.write(&h), Err(ApiError::NamespaceForbidden(_))));
         let h = headers(Some("Bearer token-a-0123456789"), Some("no-such"));
         assert!(matches!(a.read(&h), Err(ApiError::NamespaceForbidden(_))));
@@ -255,11 +337,61 @@ mod tests {
 
     #[test]
     fn an_open_node_ignores_tokens() {
-        let t = Tenancy::new(&[], &[]);
+        let t = Tenancy::new(&[], &[], &secrets());
         assert!(t.is_open());
         let h = headers(Some("Bearer whatever"), None);
         let c = t.caller(&h).unwrap();
-        assert_eq!(c.write(&h).unwrap(), NamespaceKey::derive(OPEN_NAMESPACE));
+        assert_eq!(
+            c.write(&h).unwrap(),
+            NamespaceKey::from_secret(&secrets().current, OPEN_NAMESPACE)
+        );
+        assert_ne!(c.write(&h).unwrap(), NamespaceKey::derive(OPEN_NAMESPACE));
         assert_eq!(t.keys().len(), 1);
+    }
+
+    #[test]
+    fn during_a_rotation_puts_use_the_current_secret_and_reads_every_one() {
+        let mut s = secrets();
+        s.rotate(kvfabric_core::secret::Rotation::Stage).unwrap();
+        s.rotate(kvfabric_core::secret::Rotation::Promote).unwrap();
+        s.rotate(kvfabric_core::secret::Rotation::Stage).unwrap();
+        let (new, staged, old) = (s.current, s.next.unwrap(), s.previous[0]);
+        let ns = |name: &str, shared| NamespaceDecl {
+            name: name.into(),
+            shared,
+        };
+        let t = Tenancy::new(
+            &[ns("a", false), ns("docs", true)],
+            &[TenantDecl {
+                token: "token-a-0123456789".into(),
+                namespace: 0,
+            }],
+            &s,
+        );
+        let key = NamespaceKey::from_secret;
+        let h = headers(Some("Bearer token-a-0123456789"), None);
+        let a = t.caller(&h).unwrap();
+        assert_eq!(a.write(&h).unwrap(), key(&new, "a"));
+        assert_eq!(
+            a.delete_keys(&h).unwrap(),
+            vec![key(&new, "a"), key(&staged, "a"), key(&old, "a")]
+        );
+        assert_eq!(
+            a.read(&h).unwrap(),
+            vec![
+                key(&new, "a"),
+                key(&staged, "a"),
+                key(&old, "a"),
+                key(&new, "docs"),
+                key(&staged, "docs"),
+                key(&old, "docs"),
+            ]
+        );
+        assert_eq!(t.keys().len(), 6);
+        let views = a.views(&h).unwrap();
+        assert_eq!(views.len(), 2);
+        assert!(views[0].writable && !views[0].shared && views[0].name == "a");
+        assert!(!views[1].writable && views[1].shared && views[1].name == "docs");
+        assert_eq!(views[1].keys[0], key(&new, "docs"));
     }
 }

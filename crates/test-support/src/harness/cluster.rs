@@ -147,6 +147,26 @@ impl Cluster {
         Reply::read(r.ok()?)
     }
 
+    /// Any request to `path` on node `id` with `headers` (a bearer token among them) and a
+    /// body (`None`: none); `None` if it did not answer.
+    pub fn call(
+        &self,
+        id: u64,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> Option<Reply> {
+        let mut req = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.api(id)));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req.body(body.unwrap_or_default().to_vec()).ok()?;
+        Self::reply(self.agent.run(req))
+    }
+
     /// GET `path` on node `id`; `None` if it did not answer.
     pub fn get(&self, id: u64, path: &str) -> Option<Reply> {
         Self::reply(self.agent.get(format!("{}{path}", self.api(id))).call())
@@ -384,11 +404,22 @@ impl Cluster {
 
     /// SIGKILL node `id` and wait until its process is gone.
     pub fn kill(&self, id: u64) {
+        self.signal(id, libc::SIGKILL, "SIGKILL");
+    }
+
+    /// SIGTERM node `id` (it shuts down: requests drained, its QUIC endpoints closed, so
+    /// peers drop their connections to it) and wait until its process is gone.
+    pub fn stop(&self, id: u64) {
+        self.signal(id, libc::SIGTERM, "SIGTERM");
+    }
+
+    /// Sends `sig` to node `id` and waits until its process is gone.
+    fn signal(&self, id: u64, sig: libc::c_int, name: &str) {
         let pid = self.pid(id);
         // SAFETY: kill(2) on a pid this cluster started.
-        let rc = unsafe { libc::kill(pid, libc::SIGKILL) };
-        assert_eq!(rc, 0, "SIGKILL n{id} (pid {pid})");
-        self.wait_for("the killed process to be gone", || {
+        let rc = unsafe { libc::kill(pid, sig) };
+        assert_eq!(rc, 0, "{name} n{id} (pid {pid})");
+        self.wait_for(&format!("n{id} gone after {name}"), || {
             (!alive(pid)).then_some(())
         });
     }

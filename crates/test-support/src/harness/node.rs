@@ -32,6 +32,8 @@ pub const TOKEN_A: &str = "token-for-tenant-a";
 pub const TOKEN_B: &str = "token-for-tenant-b";
 /// Token of the writer of the shared namespace `docs`.
 pub const TOKEN_DOCS: &str = "token-for-docs-writer";
+/// The operator token of [`Options::default`] (`/metrics` of a node with tenants needs it).
+pub const TOKEN_OPERATOR: &str = "token-for-the-operator";
 
 /// What a test node's config says beyond the defaults.
 #[derive(Clone)]
@@ -60,7 +62,7 @@ impl Default for Options {
             limits: LimitsSection::default(),
             events: None,
             tenants: true,
-            operator: None,
+            operator: Some(TOKEN_OPERATOR.into()),
             arenas: None,
         }
     }
@@ -72,6 +74,8 @@ pub struct TestNode {
     pub dir: tempfile::TempDir,
     /// Its API address.
     pub url: String,
+    /// Its `[operator] token`, if any.
+    pub operator: Option<String>,
     bin: Kvfabric,
     child: Option<Child>,
     agent: ureq::Agent,
@@ -105,6 +109,7 @@ impl TestNode {
         let mut node = TestNode {
             dir,
             url: String::new(),
+            operator: opts.operator.clone(),
             bin: bin.clone(),
             child: None,
             agent: ureq::Agent::config_builder()
@@ -326,7 +331,7 @@ impl TestNode {
 
     /// The value of one metric series (exact name with labels), 0 when absent.
     pub fn metric(&self, series: &str) -> f64 {
-        let text = self.get(None, "/metrics", &[]).text();
+        let text = self.get(self.operator.as_deref(), "/metrics", &[]).text();
         text.lines()
             .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
             .map(|v| v.trim().parse().unwrap())

@@ -202,6 +202,41 @@ pub fn config(
     c
 }
 
+/// Top-level sections `--tenancy` may hold (`[operator]` is written by `cluster up` itself).
+const TENANCY_SECTIONS: [&str; 2] = ["namespaces", "tenants"];
+/// Largest `--tenancy` file read, in bytes.
+const TENANCY_FILE_BYTES_MAX: u64 = 1 << 20;
+
+/// The text `--tenancy FILE` appends to every node's config: the file as written, checked to
+/// be TOML holding only [`TENANCY_SECTIONS`] (the nodes validate the rest).
+pub fn tenancy(file: &Path) -> anyhow::Result<String> {
+    let len = std::fs::metadata(file)
+        .with_context(|| format!("--tenancy {}", file.display()))?
+        .len();
+    if len > TENANCY_FILE_BYTES_MAX {
+        anyhow::bail!(
+            "--tenancy {}: expected at most {TENANCY_FILE_BYTES_MAX} bytes, found {len}",
+            file.display()
+        );
+    }
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("--tenancy {}", file.display()))?;
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+        anyhow::anyhow!("--tenancy {}: {}", file.display(), e.message())
+    })?;
+    if let Some(k) = table
+        .keys()
+        .find(|k| !TENANCY_SECTIONS.contains(&k.as_str()))
+    {
+        anyhow::bail!(
+            "--tenancy {}: expected only {} sections, found {k:?}",
+            file.display(),
+            TENANCY_SECTIONS.join(", ")
+        );
+    }
+    Ok(format!("\n# From --tenancy {}\n{text}\n", file.display()))
+}
+
 /// A TOML value as `--cluster-set` gave it (checked by [`parse_cluster_set`]).
 fn toml_value(v: &str) -> toml::Value {
     format!("v = {v}")
@@ -233,7 +268,7 @@ pub fn parse_cluster_set(s: &str) -> Result<(String, String), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_cluster_set;
+    use super::{parse_cluster_set, tenancy};
 
     #[test]
     fn cluster_set_takes_a_bare_key_and_a_toml_value() {
@@ -245,5 +280,23 @@ mod tests {
         assert!(parse_cluster_set("a.b=1").is_err());
         assert!(parse_cluster_set("x=not a value").is_err());
         assert!(parse_cluster_set("x=\"quoted\"").is_ok());
+    }
+
+    #[test]
+    fn tenancy_takes_namespaces_and_tenants_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("t.toml");
+        let good = "[[namespaces]]\nname = \"a\"\n[[tenants]]\ntoken = \"t-0123456789abcdef\"\nnamespace = \"a\"\n";
+        std::fs::write(&file, good).unwrap();
+        assert!(tenancy(&file).unwrap().contains(good));
+        for (text, says) in [
+            ("[operator]\ntoken = \"x\"\n", "found \"operator\""),
+            ("[[namespaces]\n", "--tenancy"),
+        ] {
+            std::fs::write(&file, text).unwrap();
+            let e = tenancy(&file).unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+        }
+        assert!(tenancy(&dir.path().join("absent.toml")).is_err());
     }
 }

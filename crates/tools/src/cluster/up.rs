@@ -1,4 +1,5 @@
-//! `kvfabric cluster up [--nodes N] [--dir DIR]`: certificates, configs, N node processes,
+//! `kvfabric cluster up [--nodes N] [--dir DIR]`: certificates, the namespace secret (kept if
+//! the directory has one: the nodes' blocks are keyed by it), configs, N node processes,
 //! a bounded wait for their readiness with progress, and each node's API address.
 //!
 //! Refuses a directory whose nodes are still running. On any failure it stops the nodes it
@@ -53,6 +54,10 @@ pub struct UpArgs {
     /// `lease_ms=3000`); repeatable. The nodes validate it like any config key.
     #[arg(long = "cluster-set", value_name = "KEY=VALUE", value_parser = layout::parse_cluster_set)]
     cluster_set: Vec<(String, String)>,
+    /// A TOML file of `[[namespaces]]` and `[[tenants]]` sections appended to every node's
+    /// config (a cluster with tenants; without it the nodes are open).
+    #[arg(long, value_name = "FILE")]
+    tenancy: Option<PathBuf>,
     /// What carries blocks between the nodes: `quic` (the default) or `ucx` (a build with
     /// `--features ucx`; UCX over TCP unless `UCX_TLS` says otherwise).
     #[arg(long, value_parser = ["quic", "ucx"])]
@@ -86,6 +91,13 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
     }
     kvfabric_transport::generate_cluster(&dir.join("certs"), a.nodes)
         .context("generating certificates")?;
+    // Kept when present: the blocks in the nodes' data directories are keyed by it.
+    kvfabric_core::secret::ensure(&dir.join("certs").join(kvfabric_core::secret::SECRET_FILE))
+        .context("writing the namespace secret")?;
+    let tenancy = match &a.tenancy {
+        Some(f) => layout::tenancy(f)?,
+        None => String::new(),
+    };
     let token = layout::new_operator_token()?;
     layout::write_operator_token(&dir, &token)?;
     // Data directories that exist already hold a cluster's data: never wiped for a retry.
@@ -93,7 +105,7 @@ pub fn run(a: UpArgs) -> anyhow::Result<()> {
     let mut attempt = 1;
     let nodes = loop {
         let nodes = layout::plan(a.nodes)?;
-        match start(&a, &dir, &nodes, &token) {
+        match start(&a, &dir, &nodes, &token, &tenancy) {
             Ok(()) => break nodes,
             Err(e) => {
                 let _ = down::stop_all(&dir, Duration::from_secs(5));
@@ -140,32 +152,37 @@ pub fn port_taken(log: &str) -> bool {
     ADDR_IN_USE.iter().any(|m| log.contains(m))
 }
 
-/// Writes each node's config for `nodes`, starts them and waits until all are ready.
-fn start(a: &UpArgs, dir: &Path, nodes: &[layout::NodeLayout], token: &str) -> anyhow::Result<()> {
+/// Writes every node's config (`tenancy`: the `--tenancy` text appended to each), starts the
+/// nodes and waits until they are ready.
+fn start(
+    a: &UpArgs,
+    dir: &Path,
+    nodes: &[layout::NodeLayout],
+    token: &str,
+    tenancy: &str,
+) -> anyhow::Result<()> {
     for n in nodes {
         let path = layout::config_path(dir, n.id);
-        std::fs::write(
-            &path,
-            layout::config(
-                dir,
-                n,
-                nodes,
-                a.replication,
-                &a.host_bytes,
-                &layout::ExtraKeys {
-                    cluster: a.cluster_set.clone(),
-                    events: a.events_set.clone(),
-                    transport: a.transport.clone(),
-                },
-                token,
-            )
-            .to_toml(&format!(
-                "Written by `kvfabric cluster up`; node {} of {}.",
-                n.id,
-                nodes.len()
-            )),
+        let config = layout::config(
+            dir,
+            n,
+            nodes,
+            a.replication,
+            &a.host_bytes,
+            &layout::ExtraKeys {
+                cluster: a.cluster_set.clone(),
+                events: a.events_set.clone(),
+                transport: a.transport.clone(),
+            },
+            token,
         )
-        .with_context(|| format!("writing {}", path.display()))?;
+        .to_toml(&format!(
+            "Written by `kvfabric cluster up`; node {} of {}.",
+            n.id,
+            nodes.len()
+        ));
+        std::fs::write(&path, config + tenancy)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     println!("starting {} nodes in {}", nodes.len(), dir.display());
     let mut children = Vec::new();

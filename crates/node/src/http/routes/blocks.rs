@@ -120,14 +120,14 @@ pub(crate) async fn delete_block(
 ) -> Result<Response, ApiError> {
     let fabric = app.fabric()?;
     let caller = app.tenancy.caller(&headers)?;
-    let write = caller.write(&headers)?;
+    let own = caller.delete_keys(&headers)?;
     let read = caller.read(&headers).unwrap_or_default();
     let id = headers::block_id(uri.path())?;
     if uri.query().is_some_and(|q| !q.is_empty()) {
         return Err(ApiError::InvalidQuery("DELETE takes no parameters".into()));
     }
     fabric
-        .delete(write, &read, id)
+        .delete(&own, &read, id)
         .await
         .map_err(ApiError::from_fabric)?;
     Ok(StatusCode::NO_CONTENT.into_response())

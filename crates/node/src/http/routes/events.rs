@@ -38,20 +38,21 @@ use tokio::sync::{broadcast, watch, OwnedSemaphorePermit};
 
 use super::events_render::render;
 use crate::http::errors::ApiError;
+use crate::http::headers::decimal;
 use crate::http::AppState;
 
 /// The header a reconnecting `EventSource` sends.
-const LAST_EVENT_ID: &str = "last-event-id";
+pub(crate) const LAST_EVENT_ID: &str = "last-event-id";
 
 /// Which stream a request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Scope {
+pub(crate) enum Scope {
     Node,
     Cluster,
 }
 
 /// The query: `since` and `scope`.
-fn query(uri: &Uri) -> Result<(Option<u64>, Scope), ApiError> {
+pub(crate) fn query(uri: &Uri) -> Result<(Option<u64>, Scope), ApiError> {
     let (mut since, mut scope) = (None, None);
     for pair in uri
         .query()
@@ -61,7 +62,7 @@ fn query(uri: &Uri) -> Result<(Option<u64>, Scope), ApiError> {
     {
         match pair.split_once('=') {
             Some(("since", v)) if since.is_none() => {
-                let s = v.parse::<u64>().map_err(|_| {
+                let s = decimal(v).ok_or_else(|| {
                     ApiError::InvalidQuery(format!(
                         "since: expected a sequence number (0 to {}), found {:?}",
                         u64::MAX,
@@ -94,7 +95,11 @@ fn query(uri: &Uri) -> Result<(Option<u64>, Scope), ApiError> {
 }
 
 /// Where a stream starts: `since`, else after the `Last-Event-ID`, else live (`None`).
-fn start(epoch: u64, headers: &HeaderMap, since: Option<u64>) -> Result<Option<u64>, ApiError> {
+pub(crate) fn start(
+    epoch: u64,
+    headers: &HeaderMap,
+    since: Option<u64>,
+) -> Result<Option<u64>, ApiError> {
     if since.is_some() {
         return Ok(since);
     }
@@ -109,7 +114,7 @@ fn start(epoch: u64, headers: &HeaderMap, since: Option<u64>) -> Result<Option<u
         .to_str()
         .ok()
         .and_then(|s| s.split_once(':'))
-        .and_then(|(e, s)| Some((e.parse::<u64>().ok()?, s.parse::<u64>().ok()?)))
+        .and_then(|(e, s)| Some((decimal(e)?, decimal(s)?)))
         .ok_or_else(invalid)?;
     match last_epoch.cmp(&epoch) {
         std::cmp::Ordering::Less => Ok(Some(0)),
@@ -200,7 +205,7 @@ pub(crate) async fn events(
 ) -> Result<Response, ApiError> {
     let caller = app.tenancy.caller(&headers)?;
     let read = caller.read(&headers)?;
-    let own = (!app.tenancy.is_open()).then_some(caller.own());
+    let own = (!app.tenancy.is_open()).then_some(caller.own_keys());
     stream_events(&app, &headers, &uri, read, own)
 }
 
@@ -212,7 +217,7 @@ pub(super) fn stream_events(
     headers: &HeaderMap,
     uri: &Uri,
     read: Vec<NamespaceKey>,
-    own: Option<NamespaceKey>,
+    own: Option<Vec<NamespaceKey>>,
 ) -> Result<Response, ApiError> {
     let log = app.events.clone();
     let (since, scope) = query(uri)?;
@@ -306,7 +311,7 @@ struct Stream {
     me: NodeId,
     read: Vec<NamespaceKey>,
     /// The caller's own namespace (`None`: an open node, whose one namespace is everyone's).
-    own: Option<NamespaceKey>,
+    own: Option<Vec<NamespaceKey>>,
     /// The next position this stream expects.
     next: u64,
     replay: VecDeque<Item>,
@@ -387,7 +392,7 @@ impl Stream {
         });
         let mut out: Vec<Event> = visible
             .map(|e| {
-                let (name, mut data) = render(e, item.node, &item.batch, self.own.as_ref());
+                let (name, mut data) = render(e, item.node, &item.batch, self.own.as_deref());
                 if cluster {
                     data["feed_seq"] = json!(item.pos);
                 }

@@ -31,12 +31,12 @@ fn engine(e: &EngineBlock, show_tokens: bool) -> Value {
 }
 
 /// The SSE event name and data of `e`, an event of `node`'s `batch`; `own` is the caller's
-/// own namespace (`None`: an operator-level reader that sees token ids everywhere).
+/// own namespace under every readable secret (`None`: an operator-level reader that sees token ids everywhere).
 pub(super) fn render(
     e: &EventKind,
     node: NodeId,
     batch: &Batch,
-    own: Option<&NamespaceKey>,
+    own: Option<&[NamespaceKey]>,
 ) -> (&'static str, Value) {
     let mut data = json!({
         "node": node.to_string(), "epoch": batch.epoch, "seq": batch.seq, "ts": batch.ts,
@@ -57,7 +57,7 @@ pub(super) fn render(
             data["chunk_key"] = json!(chunk_key.map(|k| k.to_hex()));
             data["block_tokens"] = json!(info.block_tokens);
             data["engine"] = eng.map_or(Value::Null, |x| {
-                engine(x, own.is_none_or(|o| o == namespace))
+                engine(x, own.is_none_or(|o| o.contains(namespace)))
             });
             "stored"
         }

@@ -32,8 +32,23 @@ pub(crate) async fn models(
 struct TierView {
     tier: String,
     capacity: u64,
-    used: u64,
-    blocks: u64,
+    /// What every tenant's blocks fill together: not in a tenant's view.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    used: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    blocks: Option<u64>,
+}
+
+/// How much of the cluster a caller of `GET /v1/cluster` (or the overview) sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Detail {
+    /// A tenant of a node with tenants: members, roles, health and tier capacities, nothing
+    /// that other tenants' blocks or fetches move (no `used`, `blocks`, `bandwidth`).
+    Tenant,
+    /// An open node's caller, or the operator: everything but the counters.
+    Full,
+    /// The operator's overview: everything and each member's counters.
+    Operator,
 }
 
 #[derive(Serialize)]
@@ -76,8 +91,9 @@ pub(super) async fn cluster_info(app: &AppState) -> Result<ClusterInfo, ApiError
     }
 }
 
-/// The response body of `info`; each member's counters only when `with_stats`.
-pub(super) fn cluster_body(info: ClusterInfo, with_stats: bool) -> ClusterResponse {
+/// The response body of `info` as `detail` shows it.
+pub(super) fn cluster_body(info: ClusterInfo, detail: Detail) -> ClusterResponse {
+    let occupancy = detail != Detail::Tenant;
     ClusterResponse {
         members: info
             .members
@@ -92,12 +108,12 @@ pub(super) fn cluster_body(info: ClusterInfo, with_stats: bool) -> ClusterRespon
                     .map(|t| TierView {
                         tier: t.tier,
                         capacity: t.capacity,
-                        used: t.used,
-                        blocks: t.blocks,
+                        used: occupancy.then_some(t.used),
+                        blocks: occupancy.then_some(t.blocks),
                     })
                     .collect(),
                 healthy: m.healthy,
-                stats: m.stats.filter(|_| with_stats),
+                stats: m.stats.filter(|_| detail == Detail::Operator),
             })
             .collect(),
         leader: info.leader.map(|l| l.to_string()),
@@ -105,6 +121,7 @@ pub(super) fn cluster_body(info: ClusterInfo, with_stats: bool) -> ClusterRespon
         bandwidth: info
             .links
             .into_iter()
+            .filter(|_| occupancy)
             .map(|l| LinkOut {
                 from: l.from.to_string(),
                 to: l.to.to_string(),
@@ -119,18 +136,35 @@ pub(super) fn cluster_body(info: ClusterInfo, with_stats: bool) -> ClusterRespon
 /// its lease is current and its tiers (asked of each live member, bounded; none for a member
 /// that does not answer), the leader, the term and the measured node-to-node bandwidths
 /// (`bandwidth`: `from`, `to`, `gbps`, `samples`); on a standalone node, this node as the
-/// only member, `standalone`, its own leader at term 0.
+/// only member, `standalone`, its own leader at term 0. On a node with tenants a tenant's
+/// token sees no tier's `used` or `blocks` and no `bandwidth` (other tenants' blocks and
+/// fetches move them); the operator's token sees everything.
 pub(crate) async fn cluster(
     State(app): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    app.tenancy.caller(&headers)?;
+    let operator = app.operator.is_bearer(&headers);
+    if !operator {
+        app.tenancy.caller(&headers)?;
+    }
+    let detail = if operator || app.tenancy.is_open() {
+        Detail::Full
+    } else {
+        Detail::Tenant
+    };
     let info = cluster_info(&app).await?;
-    Ok(super::json(&cluster_body(info, false)))
+    Ok(super::json(&cluster_body(info, detail)))
 }
 
-/// `GET /metrics`.
-pub(crate) async fn metrics(State(app): State<AppState>) -> Result<Response, ApiError> {
+/// `GET /metrics`: on a node with tenants, for the operator's token only (every series counts
+/// every tenant's blocks and requests); on an open node, for anyone.
+pub(crate) async fn metrics(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    if !app.tenancy.is_open() {
+        app.operator.authorize(&headers, &app.tenancy)?;
+    }
     let snapshot = match app.fabric.get() {
         Some(f) => Some(f.snapshot().map_err(ApiError::from_fabric)?),
         None => None,

@@ -10,6 +10,7 @@
 //! | `POST /v1/route` | 200 nodes ranked best first | 400, 401, 403, 408, 413, 503 |
 //! | `POST /v1/arenas`, `GET`/`DELETE /v1/arenas/{id}`, `POST /v1/arenas/{id}/tokens`, `POST /v1/arenas/{id}/layers/{layer}/rows`, `GET .../window`, `POST .../drain` | per-request arenas of hybrid models (see [`arenas`]) | 400, 401, 403, 404, 409, 413, 507 |
 //! | `GET /v1/models` | 200 presets | 401 |
+//! | `GET /v1/namespaces` | 200 the caller's readable namespaces and their keys | 401 |
 //! | `GET /v1/cluster` | 200 members | 401 |
 //! | `GET /v1/events` (`?since=SEQ`, `?scope=node\|cluster`, `Last-Event-ID`) | 200 `text/event-stream` | 400, 401, 403, 410 `replay_gap`, 503 `too_many_subscribers` |
 //! | `GET /v1/operator/overview` | 200 members with tiers and counters, links (operator) | 401, 403 `operator_only`/`operator_disabled` |
@@ -42,11 +43,12 @@ mod arenas;
 mod blocks;
 mod claims;
 mod dashboard;
-mod events;
+pub(crate) mod events;
 mod events_render;
 mod info;
 mod lookup;
 mod members;
+mod namespaces;
 mod operator;
 mod put;
 mod route;
@@ -82,6 +84,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/lookup", post(lookup::lookup))
         .route("/v1/route", post(route::route))
         .route("/v1/models", get(info::models))
+        .route("/v1/namespaces", get(namespaces::namespaces))
         .route("/v1/cluster", get(info::cluster))
         .route("/v1/events", get(events::events))
         .route("/v1/operator/overview", get(operator::overview))

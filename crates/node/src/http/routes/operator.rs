@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
 use serde::Serialize;
 
-use super::info::{cluster_body, cluster_info, ClusterResponse};
+use super::info::{cluster_body, cluster_info, ClusterResponse, Detail};
 use crate::http::errors::ApiError;
 use crate::http::AppState;
 
@@ -42,7 +42,7 @@ pub(crate) async fn overview(
     Ok(super::json(&Overview {
         node: app.node_id.to_string(),
         now_ms: now_ms(),
-        cluster: cluster_body(info, true),
+        cluster: cluster_body(info, Detail::Operator),
     }))
 }
 

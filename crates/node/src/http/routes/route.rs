@@ -108,6 +108,7 @@ async fn answer(app: &App, headers: &HeaderMap, body: Body) -> Result<Response, 
         independent,
         mode,
         model,
+        measured_links: app.tenancy.is_open(),
     };
     let answer = fabric
         .route(&read, q)

@@ -19,7 +19,7 @@ fn stream_from(log: &Arc<EventLog>, read: Vec<NamespaceKey>, since: Option<u64>)
         source: Source::Node(log.clone(), sub.live),
         epoch: log.epoch(),
         me,
-        own: read.first().copied(),
+        own: read.first().map(|k| vec![*k]),
         read,
         next: sub.next,
         replay: sub.replay.into_iter().map(|b| node_item(me, b)).collect(),
