@@ -17,6 +17,8 @@ use super::Cluster;
 
 /// Pause between failed attempts to join or renew.
 const RETRY_MS: u64 = 500;
+/// How often a put whose incarnation ended looks for the next one.
+const NEXT_POLL_MS: u64 = 50;
 
 /// The current incarnation: its epoch and the batcher carrying its ownership records.
 #[derive(Default)]
@@ -42,6 +44,27 @@ impl Incarnation {
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
             .map(|(_, b)| b.clone())
+    }
+
+    /// The current epoch and its batcher, once joined.
+    pub(crate) fn current(&self) -> Option<(Epoch, Arc<Batcher>)> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The batcher of the first incarnation after `epoch`, once this node joined again;
+    /// `None` if it did not within `bound`.
+    pub(crate) async fn next_after(&self, epoch: Epoch, bound: Duration) -> Option<Arc<Batcher>> {
+        let wait = async {
+            loop {
+                if let Some((e, b)) = self.current() {
+                    if e > epoch {
+                        return b;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(NEXT_POLL_MS)).await;
+            }
+        };
+        tokio::time::timeout(bound, wait).await.ok()
     }
 
     /// Whether the blocks held at join time are registered under the current epoch.

@@ -150,7 +150,10 @@ impl Cluster {
 
 impl Cluster {
     /// Records a sealed put in the directory: one claim per chunk key (the first carries no
-    /// key when none was given), in flight together so that they can share a batch.
+    /// key when none was given), in flight together so that they can share a batch. A claim
+    /// refused because this node's incarnation ended under it (its lease expired, or it
+    /// joined again meanwhile) is made again, once, under the next incarnation: the node
+    /// joins again by itself, and the block is held here all along.
     pub(crate) async fn claim_put(
         &self,
         ns: NamespaceKey,
@@ -159,10 +162,40 @@ impl Cluster {
         chunk_keys: &[crate::ids::ChunkKey],
     ) -> Result<(), crate::error::FabricError> {
         let unavailable = |m: String| crate::error::FabricError::DirectoryUnavailable(m);
-        let batcher = self
+        let (epoch, batcher) = self
             .incarnation
-            .batcher()
+            .current()
             .ok_or_else(|| unavailable("this node has not joined the directory yet".into()))?;
+        match self.claim_with(&batcher, ns, id, tier, chunk_keys).await {
+            Err(e) if incarnation_ended(&e) => {
+                let bound = Duration::from_millis(self.directory.config().lease_ms);
+                tracing::info!(block = %id, error = %e, "a put's claim outlived this node's incarnation; claiming again under the next");
+                let next = self
+                    .incarnation
+                    .next_after(epoch, bound)
+                    .await
+                    .ok_or_else(|| {
+                        unavailable(format!(
+                            "{e}; expected to join again within {} ms, found no new incarnation",
+                            bound.as_millis()
+                        ))
+                    })?;
+                self.claim_with(&next, ns, id, tier, chunk_keys)
+                    .await
+                    .map_err(|e| unavailable(e.to_string()))
+            }
+            r => r.map_err(|e| unavailable(e.to_string())),
+        }
+    }
+
+    async fn claim_with(
+        &self,
+        batcher: &kvfabric_directory::Batcher,
+        ns: NamespaceKey,
+        id: BlockId,
+        tier: kvfabric_store::Tier,
+        chunk_keys: &[crate::ids::ChunkKey],
+    ) -> Result<(), kvfabric_directory::DirectoryError> {
         let chunk = |i: usize| {
             chunk_keys
                 .get(i)
@@ -176,11 +209,18 @@ impl Cluster {
             }
         };
         let (first, second) = tokio::join!(batcher.claim(key, tier, chunk(0)), second);
-        first
-            .map(|_| ())
-            .and(second)
-            .map_err(|e| unavailable(e.to_string()))
+        first.map(|_| ()).and(second)
     }
+}
+
+/// Whether `e` says the incarnation a record was sent under is over (its lease expired, or
+/// a newer epoch of this node exists).
+fn incarnation_ended(e: &kvfabric_directory::DirectoryError) -> bool {
+    use kvfabric_directory::{DirectoryError, Rejection};
+    matches!(
+        e,
+        DirectoryError::Rejected(Rejection::LeaseExpired { .. } | Rejection::StaleEpoch { .. })
+    )
 }
 
 impl Cluster {

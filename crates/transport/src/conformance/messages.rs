@@ -1,7 +1,8 @@
 //! The message-channel suite, for transports that carry channels ([`Messenger`]): a request
 //! reaches the channel's handler and its answer comes back; messages past the channel's
 //! bound are refused typed; a channel the transport does not carry is typed; a peer with no
-//! handler yet, or one that never answers, ends the call with an error within its bound.
+//! handler yet, or one that never answers, ends the call with an error within its bound,
+//! and fails no other call in flight beside it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -49,7 +50,11 @@ pub trait MessengerFactory: Send + Sync {
     ) -> TransportFuture<'_, Result<Self::T, TransportError>>;
 }
 
-/// Answers every request with its bytes reversed, counting them; `b"stall"` never.
+/// How long the handler takes to answer `b"slow"`.
+const SLOW_MS: u64 = 1_500;
+
+/// Answers every request with its bytes reversed, counting them; `b"slow"` after
+/// [`SLOW_MS`]; `b"stall"` never.
 #[derive(Default)]
 struct Reverse {
     seen: AtomicU64,
@@ -61,6 +66,9 @@ impl MessageHandler for Reverse {
             self.seen.fetch_add(1, Ordering::SeqCst);
             if request == b"stall" {
                 std::future::pending::<()>().await;
+            }
+            if request == b"slow" {
+                tokio::time::sleep(Duration::from_millis(SLOW_MS)).await;
             }
             request.reverse();
             Some(request)
@@ -163,6 +171,14 @@ pub async fn run<F: MessengerFactory>(f: &F) {
         .await
         .expect("the channel still works");
     assert_eq!(answer, b"niaga");
+
+    tracing::info!("messages: a call timing out does not fail another in flight beside it");
+    let (slow, stalled) = tokio::join!(client.call(ECHO, &peer, b"slow".to_vec(), limit), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        client.call(ECHO, &peer, b"stall".to_vec(), short).await
+    });
+    assert!(stalled.is_err(), "the stalled call timed out");
+    assert_eq!(slow.expect("the slow call beside it answered"), b"wols");
     client.close().await;
     server.close().await;
 }

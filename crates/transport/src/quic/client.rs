@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use kvfabric_store::{BlockId, NamespaceKey};
 use quinn::{Connection, ReadExactError};
+use tokio::sync::oneshot::Sender;
 use tokio::sync::Semaphore;
 
 use crate::config::TransportConfig;
@@ -48,6 +49,70 @@ struct InFlight<'a>(&'a TransportCounters);
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.fetch_ended();
+    }
+}
+
+/// What a dial needs, owned, so that it runs in a task of its own.
+struct Dial {
+    endpoint: quinn::Endpoint,
+    config: quinn::ClientConfig,
+    peer: PeerAddr,
+    connect_timeout: std::time::Duration,
+    connect_timeout_ms: u64,
+    counters: Arc<TransportCounters>,
+}
+
+impl Dial {
+    /// The live connection in `slot`, or a new one (stored there). A caller that gave up
+    /// while this waited for the slot (another dial in progress) starts no dial: only a
+    /// caller still waiting does, so a dead peer is dialled once at a time, not once per
+    /// abandoned call.
+    async fn on(
+        self,
+        slot: Arc<Slot>,
+        caller: &Sender<Result<Connection, TransportError>>,
+    ) -> Result<Connection, TransportError> {
+        let peer = &self.peer;
+        let mut guard = slot.conn.lock().await;
+        if let Some(conn) = guard.as_ref() {
+            if conn.close_reason().is_none() {
+                return Ok(conn.clone());
+            }
+        }
+        *guard = None;
+        if caller.is_closed() {
+            return Err(TransportError::Connect {
+                peer: peer.clone(),
+                reason: "nobody waits for this dial any more".into(),
+            });
+        }
+        let connecting = self
+            .endpoint
+            .connect_with(self.config, peer.addr, &peer.name)
+            .map_err(|e| TransportError::Connect {
+                peer: peer.clone(),
+                reason: e.to_string(),
+            })?;
+        let conn = match tokio::time::timeout(self.connect_timeout, connecting).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => return Err(errors::connection(peer, e)),
+            Err(_) => {
+                self.counters.timeouts();
+                return Err(TransportError::Timeout {
+                    peer: peer.clone(),
+                    what: "connect",
+                    after_ms: self.connect_timeout_ms,
+                });
+            }
+        };
+        self.counters.connections_opened();
+        let (watched, counters) = (conn.clone(), self.counters.clone());
+        tokio::spawn(async move {
+            watched.closed().await;
+            counters.connections_closed();
+        });
+        *guard = Some(conn.clone());
+        Ok(conn)
     }
 }
 
@@ -112,7 +177,10 @@ impl Client {
     }
 
     /// The pooled connection to `peer` for `channel`, connecting (once, however many callers
-    /// wait) if needed.
+    /// wait) if needed. The dial runs in a task of its own, bounded by `connect_timeout_ms`
+    /// alone: a caller with a shorter bound (a Raft heartbeat has 100 ms) that gives up does
+    /// not abort it, so on a loaded machine a handshake slower than every caller's bound still
+    /// completes, and the next caller finds the connection ready.
     pub(crate) async fn connection(
         &self,
         peer: &PeerAddr,
@@ -121,44 +189,32 @@ impl Client {
         let slot = self.slot(peer, channel)?;
         slot.last_used_ms
             .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
-        let mut guard = slot.conn.lock().await;
-        if let Some(conn) = guard.as_ref() {
-            if conn.close_reason().is_none() {
+        if let Ok(guard) = slot.conn.try_lock() {
+            if let Some(conn) = guard.as_ref().filter(|c| c.close_reason().is_none()) {
                 return Ok(conn.clone());
             }
         }
-        *guard = None;
-        let connecting = self
-            .endpoint
-            .connect_with(self.client_configs[channel].clone(), peer.addr, &peer.name)
-            .map_err(|e| TransportError::Connect {
-                peer: peer.clone(),
-                reason: e.to_string(),
-            })?;
-        let conn = match tokio::time::timeout(self.config.connect_timeout(), connecting).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => return Err(errors::connection(peer, e)),
-            Err(_) => {
-                self.counters.timeouts();
-                return Err(TransportError::Timeout {
-                    peer: peer.clone(),
-                    what: "connect",
-                    after_ms: self.config.connect_timeout_ms,
-                });
-            }
+        let dial = Dial {
+            endpoint: self.endpoint.clone(),
+            config: self.client_configs[channel].clone(),
+            peer: peer.clone(),
+            connect_timeout: self.config.connect_timeout(),
+            connect_timeout_ms: self.config.connect_timeout_ms,
+            counters: self.counters.clone(),
         };
-        self.counters.connections_opened();
-        let (watched, counters) = (conn.clone(), self.counters.clone());
+        let (tx, rx) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
-            watched.closed().await;
-            counters.connections_closed();
+            let r = dial.on(slot, &tx).await;
+            let _ = tx.send(r);
         });
-        *guard = Some(conn.clone());
-        Ok(conn)
+        rx.await.unwrap_or_else(|_| {
+            Err(TransportError::Connect {
+                peer: peer.clone(),
+                reason: "the dial task ended without an answer".into(),
+            })
+        })
     }
 
-    /// The pool entry for `peer` and `channel`; makes room (least recently used idle entry)
-    /// at `connections_max`.
     fn slot(&self, peer: &PeerAddr, channel: ChannelIndex) -> Result<Arc<Slot>, TransportError> {
         let key = (peer.clone(), channel);
         let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
@@ -197,24 +253,31 @@ impl Client {
         Ok(slot)
     }
 
-    /// Closes and forgets the pooled connection to `peer` for `channel` (after a failure that
-    /// leaves its state unknown: the next call dials again).
-    pub(crate) fn evict(&self, peer: &PeerAddr, channel: ChannelIndex) {
-        let slot = self
-            .pool
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&(peer.clone(), channel));
-        if let Some(slot) = slot {
-            if let Ok(mut conn) = slot.conn.try_lock() {
-                if let Some(conn) = conn.take() {
-                    conn.close(errors::CLOSE_EVICTED, b"failed");
-                }
-            }
+    /// Forgets the pooled connection to `peer` for `channel` if it is still `failed` (the
+    /// connection a call failed on, by its stable id), so that the next call dials again. It
+    /// is not closed: other calls in flight on it finish or fail on their own (closing it
+    /// failed them all, and each of those failures then dropped the connection another call
+    /// had just dialled, so a loaded peer whose one RPC was slow stayed unreachable), and it
+    /// closes once the last of them lets it go.
+    pub(crate) fn forget(&self, peer: &PeerAddr, channel: ChannelIndex, failed: Option<usize>) {
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (peer.clone(), channel);
+        let Some(slot) = pool.get(&key) else { return };
+        let same = match slot.conn.try_lock() {
+            Ok(conn) => match (conn.as_ref(), failed) {
+                (Some(c), Some(id)) => c.stable_id() == id,
+                // Failed before it had a connection (the dial): drop the slot if idle.
+                (None, _) => true,
+                (Some(_), None) => false,
+            },
+            // Someone is dialling on it right now: theirs is a fresh connection.
+            Err(_) => false,
+        };
+        if same {
+            pool.remove(&key);
         }
     }
 
-    /// quinn's statistics of the pooled connection to `peer`, if one is open.
     pub(crate) fn connection_stats(&self, peer: &PeerAddr) -> Option<quinn::ConnectionStats> {
         let slot = self
             .pool

@@ -2,6 +2,7 @@
 //! messages. Each is one bidirectional stream on the pooled connection for its channel,
 //! bounded in time, counted.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kvfabric_store::{BlockId, NamespaceKey, VerifiedBlock};
@@ -71,8 +72,11 @@ impl Client {
         limit: Duration,
     ) -> Result<Vec<u8>, TransportError> {
         channel.check_len(peer, request.len())?;
+        // The connection the call used (its stable id + 1; 0 before it has one).
+        let used = AtomicUsize::new(0);
         let attempt = async {
             let conn = self.connection(peer, index).await?;
+            used.store(conn.stable_id().wrapping_add(1), Ordering::Relaxed);
             let (mut send, mut recv) = conn
                 .open_bi()
                 .await
@@ -114,7 +118,8 @@ impl Client {
                 self.counters.messages_failed();
                 // The connection's state is unknown (a dead peer looks like a slow one): the
                 // next message dials again.
-                self.evict(peer, index);
+                let used = used.load(Ordering::Relaxed).checked_sub(1);
+                self.forget(peer, index, used);
             }
         }
         r
