@@ -35,7 +35,12 @@ impl Fabric {
             .ok_or_else(|| unavailable("this node has not joined the directory yet".into()))?;
         let claims = records.iter().map(|(block, key)| {
             let chunk = key.map(|k| crate::cluster::directory_chunk_key(&ns, k));
-            batcher.claim(*block, Tier::Host, chunk)
+            // Keyed by namespace as a put's records are (a lookup turns the key back).
+            batcher.claim(
+                crate::cluster::directory_block(&ns, *block),
+                Tier::Host,
+                chunk,
+            )
         });
         for r in join_all(claims).await {
             r.map_err(|e| unavailable(e.to_string()))?;
