@@ -102,6 +102,10 @@ fn an_interrupted_run_cleans_up_reports_and_exits_130() {
             "300s",
             "--faults",
             "pause",
+            // Two seconds of one fault window: availability is printed, not judged (the
+            // test is about the interrupt; safety violations would still exit 1).
+            "--availability",
+            "report",
             "--report",
         ])
         .arg(&report)

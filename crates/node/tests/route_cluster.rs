@@ -74,9 +74,6 @@ fn counts(n: &Value, fields: &[&str]) -> Vec<u64> {
 }
 
 #[test]
-#[ignore = "known bug since the performance and tenancy merges: phase 9's cross-node get from n3 \
-            of a block n1 holds (a one-block host tier) gets no answer from n1 within 2 s and \
-            answers 503 owners_unreachable (README, Status); run with --ignored"]
 fn routes_rank_holders_count_tiers_price_misses_and_keep_tenants_apart() {
     init_tracing();
     let g = builtin(MODEL);

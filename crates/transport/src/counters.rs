@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct TransportCounters {
     fetches_ok: AtomicU64,
     fetches_failed: AtomicU64,
+    redials: AtomicU64,
     verify_failures: AtomicU64,
     protocol_violations: AtomicU64,
     timeouts: AtomicU64,
@@ -45,6 +46,9 @@ pub struct CountersSnapshot {
     pub fetches_ok: u64,
     /// Fetches from one peer that ended in an error (each owner tried counts once).
     pub fetches_failed: u64,
+    /// Fetches whose pooled connection turned out lost before the peer answered (a peer
+    /// that restarted resets it), tried once more on a fresh connection.
+    pub redials: u64,
     /// Blocks whose bytes hashed to another id; dropped, never installed.
     pub verify_failures: u64,
     /// Malformed, truncated, oversized or out-of-place frames from peers.
@@ -117,6 +121,7 @@ impl TransportCounters {
     bump!(
         fetches_ok,
         fetches_failed,
+        redials,
         verify_failures,
         protocol_violations,
         timeouts,
@@ -165,6 +170,7 @@ impl TransportCounters {
         CountersSnapshot {
             fetches_ok: g(&self.fetches_ok),
             fetches_failed: g(&self.fetches_failed),
+            redials: g(&self.redials),
             verify_failures: g(&self.verify_failures),
             protocol_violations: g(&self.protocol_violations),
             timeouts: g(&self.timeouts),

@@ -350,6 +350,7 @@ impl Metrics {
         let transport = [
             ("fetches_ok", t.fetches_ok),
             ("fetches_failed", t.fetches_failed),
+            ("redials", t.redials),
             ("verify_failures", t.verify_failures),
             ("protocol_violations", t.protocol_violations),
             ("timeouts", t.timeouts),

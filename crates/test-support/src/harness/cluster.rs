@@ -525,7 +525,7 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let (ok, out) = self.down();
+        // The logs are copied before `cluster down`, which removes the cluster's folder.
         if std::thread::panicking() {
             // Keep the logs of a failed test for a post-mortem.
             let keep = std::env::temp_dir().join("kvfabric-failed-clusters");
@@ -542,6 +542,7 @@ impl Drop for Cluster {
             }
             eprintln!("logs kept in {}", keep.display());
         }
+        let (ok, out) = self.down();
         if !ok {
             eprintln!("cluster down failed on drop: {out}");
         }

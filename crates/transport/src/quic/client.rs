@@ -151,7 +151,24 @@ impl Client {
             self.counters.fetch_started();
             let _in_flight = InFlight(&self.counters);
             let conn = self.connection(peer, BLOCKS).await?;
-            self.fetch_on(&conn, peer, namespace, id, sink).await
+            let (conn, recv, length) = match self.request_block(&conn, peer, namespace, id).await {
+                // The pooled connection was lost before the peer answered: a peer that
+                // restarted resets its previous process's connections at once (the node's
+                // stateless-reset key), so one more try on a fresh connection reaches the new
+                // process instead of failing the read. Nothing was received yet.
+                Err(TransportError::ConnectionLost { .. }) if conn.close_reason().is_some() => {
+                    self.counters.redials();
+                    let fresh = self.connection(peer, BLOCKS).await?;
+                    let (recv, length) = self.request_block(&fresh, peer, namespace, id).await?;
+                    (fresh, recv, length)
+                }
+                answer => {
+                    let (recv, length) = answer?;
+                    (conn, recv, length)
+                }
+            };
+            self.receive_block(&conn, peer, id, recv, length, sink)
+                .await
         };
         let result = match tokio::time::timeout(self.config.fetch_timeout(), attempt).await {
             Ok(r) => r,
@@ -307,15 +324,15 @@ impl Client {
         }
     }
 
-    /// Request, response header, then the payload into `sink` chunk by chunk as it arrives.
-    async fn fetch_on<S: PayloadSink>(
+    /// The request and the response header: the stream the payload follows on, and its
+    /// length (a `Block` answer; not-found and unavailable are typed errors).
+    async fn request_block(
         &self,
         conn: &Connection,
         peer: &PeerAddr,
         namespace: NamespaceKey,
         id: BlockId,
-        mut sink: S,
-    ) -> Result<S::Output, TransportError> {
+    ) -> Result<(quinn::RecvStream, u64), TransportError> {
         let (mut send, mut recv) = conn
             .open_bi()
             .await
@@ -367,8 +384,20 @@ impl Client {
                 })
             }
         }
+        Ok((recv, response.length))
+    }
 
-        sink.begin(response.length);
+    /// The payload of `length` bytes into `sink`, chunk by chunk as it arrives, verified.
+    async fn receive_block<S: PayloadSink>(
+        &self,
+        conn: &Connection,
+        peer: &PeerAddr,
+        id: BlockId,
+        mut recv: quinn::RecvStream,
+        length: u64,
+        mut sink: S,
+    ) -> Result<S::Output, TransportError> {
+        sink.begin(length);
         loop {
             match recv.read_chunk(usize::MAX, true).await {
                 Ok(Some(chunk)) => {

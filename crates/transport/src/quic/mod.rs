@@ -96,7 +96,7 @@ impl QuicTransport {
         }
         let socket = tuning::bind_socket(listen, &config)?;
         let endpoint = quinn::Endpoint::new(
-            tuning::quinn_endpoint(&config)?,
+            tuning::quinn_endpoint(&config, identity)?,
             Some(tuning::server_config(&config, identity, &alpns)?),
             socket,
             Arc::new(quinn::TokioRuntime),

@@ -64,14 +64,43 @@ pub fn quinn_transport(
 }
 
 /// quinn's endpoint config: the largest UDP payload we accept.
-pub fn quinn_endpoint(cfg: &TransportConfig) -> Result<quinn::EndpointConfig, TransportError> {
-    let mut e = quinn::EndpointConfig::default();
+///
+/// The stateless-reset key is derived from `identity`'s private key, so a node that restarts
+/// (same certificate, same address) answers packets of its previous process's connections
+/// with resets its peers accept: their pooled connections to it end at once instead of
+/// staying silent until `idle_timeout_ms` (quinn's default key is random per process, and a
+/// reset signed with another key is ignored, RFC 9000 §10.3). The connection ids' check key
+/// is derived the same way.
+pub fn quinn_endpoint(
+    cfg: &TransportConfig,
+    identity: &NodeIdentity,
+) -> Result<quinn::EndpointConfig, TransportError> {
+    let reset = node_secret(identity, b"kvfabric quic stateless reset v1");
+    let mut e = quinn::EndpointConfig::new(Arc::new(ring::hmac::Key::new(
+        ring::hmac::HMAC_SHA256,
+        reset.as_ref(),
+    )));
+    // The connection ids' check key too: a packet whose id the endpoint cannot validate is
+    // dropped, not reset, so the new process must recognise its predecessor's ids.
+    let cid = node_secret(identity, b"kvfabric quic connection ids v1");
+    let mut cid_key = [0u8; 8];
+    cid_key.copy_from_slice(&cid.as_ref()[..8]);
+    let cid_key = u64::from_le_bytes(cid_key);
+    e.cid_generator(move || Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key)));
     e.max_udp_payload_size(cfg.quic.max_udp_payload_bytes)
         .map_err(|e| TransportError::Config {
             field: "quic.max_udp_payload_bytes",
             reason: e.to_string(),
         })?;
     Ok(e)
+}
+
+/// HMAC-SHA256 of `label` under the node's private key: secret, and the same in every process
+/// of the node.
+fn node_secret(identity: &NodeIdentity, label: &[u8]) -> ring::hmac::Tag {
+    use ring::hmac;
+    let key = identity.key();
+    hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key.secret_der()), label)
 }
 
 /// The server config: mTLS for `alpns` plus the accepting side's stream bound.
