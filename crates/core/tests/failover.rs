@@ -142,7 +142,19 @@ async fn a_dead_first_owner_is_skipped_and_head_answers_as_get() {
     while ids.len() < 4 {
         let done = put(&c.fabric(a), seed).await.expect("put");
         seed += 1;
-        let head = c.fabric(reader).head(&ns, done.id).await.expect("head");
+        // n3's replica of the directory may lag the put's commit by a heartbeat: until it
+        // applies it, the head is a 404.
+        let mut tries = 0;
+        let head = loop {
+            match c.fabric(reader).head(&ns, done.id).await {
+                Ok(h) => break h,
+                Err(FabricError::NotFound) if tries < 100 => {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("head on n3: {e:?} after {tries} tries"),
+            }
+        };
         if head.source == Some(b) || head.source == Some(a) {
             // Held on n1 and n2 only; n3 answered from a probe.
             let local = c.fabric(b).head(&ns, done.id).await.expect("n2 head");

@@ -1,7 +1,8 @@
 //! KV events on a real 3-node cluster: a block installed by a remote fetch is a `stored`
 //! event on the node that fetched it, under the engine identity it was put with (asked of the
 //! member it came from) and with its token count, and a member whose lease expires after a
-//! SIGKILL is a `node_down` event on the survivors' streams.
+//! SIGKILL is a `node_down` event on the survivors' streams. A copy made by push replication
+//! is published under the same engine identity (offered ahead of the push).
 
 mod cluster_harness;
 mod common;
@@ -10,6 +11,17 @@ mod events_client;
 use cluster_harness::init_tracing;
 use common::{builtin, payload};
 use events_client::{blocks, open};
+
+/// The engine headers of a vLLM put: hashes 21..=24 behind parent 20, the block's tokens.
+fn engine_headers(tokens: &str) -> [(&'static str, &str); 5] {
+    [
+        ("kvfabric-engine", "vllm/0.33.0"),
+        ("kvfabric-engine-block-hashes", "i:21,i:22,i:23,i:24"),
+        ("kvfabric-engine-parent-hash", "i:20"),
+        ("kvfabric-engine-page-tokens", "16"),
+        ("kvfabric-engine-token-ids", tokens),
+    ]
+}
 
 #[test]
 fn remote_installs_are_stored_events_and_an_expired_member_is_node_down() {
@@ -28,14 +40,7 @@ fn remote_installs_are_stored_events_and_an_expired_member_is_node_down() {
     tracing::info!("phase 2: a put on n1, a get on n2 fetches and installs it");
     let tokens: Vec<String> = (0..g.block_tokens()).map(|t| t.to_string()).collect();
     let tokens = tokens.join(",");
-    let engine = [
-        ("kvfabric-engine", "vllm/0.33.0"),
-        ("kvfabric-engine-block-hashes", "i:21,i:22,i:23,i:24"),
-        ("kvfabric-engine-parent-hash", "i:20"),
-        ("kvfabric-engine-page-tokens", "16"),
-        ("kvfabric-engine-token-ids", tokens.as_str()),
-    ];
-    let r = cluster.put_block(1, &g, &payload(&g, 5), &engine);
+    let r = cluster.put_block(1, &g, &payload(&g, 5), &engine_headers(&tokens));
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
     let id = r.json()["block"].as_str().unwrap().to_owned();
     // n2 finds the owners in its own replica of the directory, which may lag the put's
@@ -71,4 +76,58 @@ fn remote_installs_are_stored_events_and_an_expired_member_is_node_down() {
         assert_eq!(down.data["down"], "n3");
         assert!(down.data["down_epoch"].as_u64().unwrap() >= 1);
     }
+}
+
+#[test]
+fn a_pushed_copy_is_published_under_the_engine_identity_it_was_put_with() {
+    init_tracing();
+    let g = builtin("deepseek-v2-lite");
+    tracing::info!("phase 1: three nodes, replication 2 (the put pushes one copy)");
+    let cluster = cluster_harness::kvfabric().cluster_with(3, &["--replication", "2"]);
+    cluster.agreed_leader(&[1, 2, 3]);
+
+    tracing::info!("phase 2: a vLLM put on n1; its copy is pushed to n2 or n3");
+    let tokens: Vec<String> = (0..g.block_tokens()).map(|t| t.to_string()).collect();
+    let tokens = tokens.join(",");
+    let r = cluster.put_block(1, &g, &payload(&g, 6), &engine_headers(&tokens));
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        r.json()["replicas"],
+        2,
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    let id = r.json()["block"].as_str().unwrap().to_owned();
+    let holders: Vec<u64> = [2, 3]
+        .into_iter()
+        .filter(|n| cluster.holds(*n, &id))
+        .collect();
+    let [copy] = holders[..] else {
+        panic!("expected one pushed copy, found holders {holders:?}");
+    };
+
+    tracing::info!("phase 3: the copy's stored event on n{copy} carries the put's identity");
+    let mut feed = open(cluster.api(copy), None, "?since=0", &[]).unwrap();
+    assert_eq!(feed.next().event, "epoch");
+    let stored = feed.next();
+    assert_eq!(stored.event, "stored", "{stored:?}");
+    assert_eq!(stored.data["node"], format!("n{copy}"));
+    assert_eq!(blocks(&stored), std::slice::from_ref(&id));
+    assert_eq!(stored.data["block_tokens"], g.block_tokens());
+    assert_eq!(
+        stored.data["hashes"],
+        serde_json::json!([21, 22, 23, 24]),
+        "{stored:?}"
+    );
+    assert_eq!(stored.data["engine"]["parent_block_hash"], 20);
+    assert_eq!(stored.data["engine"]["token_ids"][63], 63);
+    let metrics = cluster.operator_get(copy, "/metrics").unwrap();
+    let text = String::from_utf8_lossy(&metrics.body);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("kvfabric_engine_offers{")
+                && l.contains("stat=\"used\"")
+                && l.ends_with(" 1")),
+        "{text}"
+    );
 }

@@ -6,7 +6,9 @@
 //! [`ControlRequest::Describe`], "say who you are and where you are reached";
 //! [`ControlRequest::Drain`], "you are leaving: copy what only you hold enough of";
 //! [`ControlRequest::Events`], "send your event batches from here" (the cluster feed); and
-//! [`ControlRequest::BlockInfo`], "what do your events say of this block".
+//! [`ControlRequest::BlockInfo`], "what do your events say of this block"; and
+//! [`ControlRequest::Offer`], "the copy I am about to push you was put with this engine
+//! identity" (`offers`).
 //!
 //! Replication is not a control request: the putting node pushes each copy over the block
 //! transport (`replication`), and so do a repair and a drain.
@@ -39,6 +41,16 @@ pub enum ControlRequest {
         namespace: NamespaceKey,
         /// The block.
         block: BlockId,
+    },
+    /// The copy of `block` about to be pushed to this member was put with `engine` (the
+    /// push frame carries none): publish the copy under it.
+    Offer {
+        /// The namespace it was sealed in.
+        namespace: NamespaceKey,
+        /// The block.
+        block: BlockId,
+        /// Its engine identity.
+        engine: crate::events::EngineBlock,
     },
     /// Say who you are and where you are reached (a member added at run time, whose
     /// addresses only the Raft membership's entry and the member itself know).
@@ -110,6 +122,8 @@ pub enum ControlResponse {
         /// Its info.
         info: Option<crate::events::BlockInfo>,
     },
+    /// The offered identity is kept for the push.
+    Offered,
     /// The request was refused or failed.
     Refused {
         /// A snake_case code.

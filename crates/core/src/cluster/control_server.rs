@@ -109,6 +109,18 @@ impl ControlServer {
             ControlRequest::BlockInfo { namespace, block } => ControlResponse::BlockInfo {
                 info: self.local.info(&namespace, &block).ok().flatten(),
             },
+            ControlRequest::Offer {
+                namespace,
+                block,
+                engine,
+            } => match self.cluster.upgrade() {
+                Some(c) => {
+                    let now_ms = c.clock.now_ms();
+                    c.offers.keep(namespace, block, Arc::new(engine), now_ms);
+                    ControlResponse::Offered
+                }
+                None => refused("shutting_down", "the node is stopping"),
+            },
             ControlRequest::Usage => self.usage(),
             ControlRequest::Describe => self.describe(),
             ControlRequest::Drain => self.drain(),

@@ -35,6 +35,7 @@ mod links;
 pub mod members;
 pub(crate) mod membership;
 pub mod net;
+pub(crate) mod offers;
 pub mod reconfig;
 pub(crate) mod remote_get;
 pub(crate) mod repair;
@@ -162,6 +163,8 @@ pub(crate) struct Cluster {
     pub(crate) learned: members::Learned,
     /// This member's drain, when it is leaving.
     pub(crate) drainer: drain::Drainer,
+    /// Engine identities offered ahead of pushes to this member.
+    pub(crate) offers: offers::Offers,
     /// One membership change at a time through this member.
     pub(crate) reconfig: tokio::sync::Mutex<()>,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
@@ -353,6 +356,7 @@ impl Cluster {
             tier_sync: tier_sync::TierSyncCounters::default(),
             learned: members::Learned::default(),
             drainer: drain::Drainer::default(),
+            offers: offers::Offers::default(),
             reconfig: tokio::sync::Mutex::new(()),
             tasks: std::sync::Mutex::new(Vec::new()),
         });

@@ -118,15 +118,25 @@ impl Cluster {
             .into_iter()
             .filter(|m| !exclude.contains(&m.id))
             .collect();
+        // The push frame carries bytes only: an engine identity the block was put with is
+        // offered on the control channel first (`offers`), within the same attempt.
+        let engine = match self.local.info(&ns, &id) {
+            Ok(Some(info)) => info.engine,
+            _ => None,
+        };
         let f = self.config.failover;
         let hedge = Duration::from_millis(f.hedge_ms.max(f.suspect_ms));
         let push = |m: Member| {
-            let (cluster, block) = (self.clone(), block.clone());
+            let (cluster, block, engine) = (self.clone(), block.clone(), engine.clone());
             async move {
                 let peer = super::block_peer(&m);
-                let r = cluster
-                    .attempt(m.id, &peer, cluster.transport.push(&peer, &block))
-                    .await;
+                let offered_then_pushed = async {
+                    if let Some(engine) = &engine {
+                        cluster.offer(&m, ns, id, engine).await;
+                    }
+                    cluster.transport.push(&peer, &block).await
+                };
+                let r = cluster.attempt(m.id, &peer, offered_then_pushed).await;
                 if let Err(error) = &r {
                     tracing::warn!(peer = %m.id, block = %id, %error, "a copy was not taken");
                 }

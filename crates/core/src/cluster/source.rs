@@ -51,9 +51,13 @@ impl StoreSource {
             .incarnation
             .batcher()
             .ok_or("not joined to the directory yet")?;
+        // The identity the pusher offered just before (`offers`), if any.
+        let engine = cluster
+            .offers
+            .take(block.namespace(), block.id(), cluster.clock.now_ms());
         let tier = self
             .local
-            .install(&block)
+            .install_with(&block, engine)
             .await
             .map_err(|e| e.to_string())?;
         batcher

@@ -112,6 +112,9 @@ pub struct ClusterMetrics {
     /// Peer health: members suspected now, times one became a suspect, times a suspect
     /// answered again, probes sent.
     pub health: [u64; 4],
+    /// Engine identities offered ahead of pushes (`offers`): offered to a peer that kept
+    /// them, not taken by the peer, and pushed copies installed here with an offered one.
+    pub engine_offers: [u64; 3],
 }
 
 impl Cluster {
@@ -236,6 +239,11 @@ impl Cluster {
                 self.repair.under_replicated.load(Ordering::Relaxed),
                 self.repair.copies_made.load(Ordering::Relaxed),
                 self.repair.copies_missing.load(Ordering::Relaxed),
+            ],
+            engine_offers: [
+                self.offers.sent.load(Ordering::Relaxed),
+                self.offers.failed.load(Ordering::Relaxed),
+                self.offers.used.load(Ordering::Relaxed),
             ],
             health: [
                 self.health.suspects().len() as u64,

@@ -30,6 +30,7 @@
 //! | `kvfabric_tier_moves` | gauge | stat: `recorded` (in the directory), `failed`, `before_join` (cluster nodes) |
 //! | `kvfabric_peer_health` | gauge | stat: `suspects` (members suspected now), `suspected` (times a member became a suspect), `cleared` (times a suspect answered again), `probes` (probes sent to suspects) (cluster nodes) |
 //! | `kvfabric_repair` | gauge | stat: `passes`, `under_replicated` (held blocks, last pass), `copies_made`, `copies_missing` (cluster nodes) |
+//! | `kvfabric_engine_offers` | gauge | stat: `sent` (engine identities offered to a peer ahead of a push, kept by it), `failed` (not kept), `used` (pushed copies installed here under an offered identity) (cluster nodes) |
 //! | `kvfabric_events_*`, `kvfabric_event_*` | counter, gauge | the event log's (see `events::metrics`) |
 //! | `kvfabric_route_requests_total` | counter | |
 //! | `kvfabric_route_refused_total` | counter | reason (the error code) |
@@ -135,6 +136,7 @@ pub(crate) struct Metrics {
     raft: Family<StatLabels, Gauge>,
     transport: Family<StatLabels, Gauge>,
     repair: Family<StatLabels, Gauge>,
+    engine_offers: Family<StatLabels, Gauge>,
     peer_health: Family<StatLabels, Gauge>,
     tier_moves: Family<StatLabels, Gauge>,
     /// The event log's series (`crate::events`).
@@ -172,6 +174,7 @@ impl Metrics {
             raft: Family::default(),
             transport: Family::default(),
             repair: Family::default(),
+            engine_offers: Family::default(),
             peer_health: Family::default(),
             tier_moves: Family::default(),
             events: kvfabric_core::events::EventMetrics::default(),
@@ -297,6 +300,11 @@ impl Metrics {
             m.repair.clone(),
         );
         r.register(
+            "engine_offers",
+            "Engine identities offered ahead of pushes (a pushed copy's events carry the identity its block was put with)",
+            m.engine_offers.clone(),
+        );
+        r.register(
             "peer_health",
             "Members this node suspects dead from its own exchanges, and their probes",
             m.peer_health.clone(),
@@ -383,6 +391,11 @@ impl Metrics {
         ];
         for (stat, v) in names.into_iter().zip(c.repair) {
             self.repair
+                .get_or_create(&StatLabels { stat })
+                .set(gauge(v));
+        }
+        for (stat, v) in ["sent", "failed", "used"].into_iter().zip(c.engine_offers) {
+            self.engine_offers
                 .get_or_create(&StatLabels { stat })
                 .set(gauge(v));
         }
