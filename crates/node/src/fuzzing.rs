@@ -179,7 +179,12 @@ pub fn event_resume(data: &[u8]) {
     let query = String::from_utf8_lossy(parts.next().unwrap_or_default()).into_owned();
     let last = parts.next();
 
-    // The model: each pair `since=DECIMAL` or `scope=node|cluster`, each at most once.
+    let Ok(uri) = format!("/v1/events?{query}").parse::<Uri>() else {
+        return; // not a request line hyper would hand over
+    };
+    // The model, over the query the URI has (a `#` ends it: what follows is a fragment):
+    // each pair `since=DECIMAL` or `scope=node|cluster`, each at most once.
+    let query = uri.query().unwrap_or_default();
     let mut model = Some((None, None));
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         model = model.and_then(|(since, scope): (Option<u64>, Option<Scope>)| {
@@ -193,9 +198,6 @@ pub fn event_resume(data: &[u8]) {
             }
         });
     }
-    let Ok(uri) = format!("/v1/events?{query}").parse::<Uri>() else {
-        return; // not a request line hyper would hand over
-    };
     let parsed = events::query(&uri);
     let since = match (&parsed, model) {
         (Ok((since, scope)), Some((m_since, m_scope))) => {

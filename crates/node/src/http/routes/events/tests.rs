@@ -183,3 +183,16 @@ async fn token_ids_are_shown_to_the_block_namespace_only() {
         "{r}"
     );
 }
+
+/// Fuzz finding (`event_resume`, kept in `fuzz/regressions/event_resume`): a `#` ends the
+/// query, and what follows it is a fragment the query decoder never sees; the property's model
+/// had read the whole line as the query.
+#[test]
+fn a_fragment_is_not_part_of_the_query() {
+    let uri: Uri = "/v1/events?since=5#scope=bogus".parse().unwrap();
+    assert_eq!(query(&uri).unwrap(), (Some(5), Scope::Node));
+    let uri: Uri = "/v1/events?#since=x".parse().unwrap();
+    assert_eq!(query(&uri).unwrap(), (None, Scope::Node));
+    let uri: Uri = "/v1/events?scope=cluster&since=x#".parse().unwrap();
+    assert!(query(&uri).is_err());
+}
