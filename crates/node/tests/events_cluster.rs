@@ -12,6 +12,24 @@ use cluster_harness::init_tracing;
 use common::{builtin, payload};
 use events_client::{blocks, open};
 
+/// The block's token ids, 0.., as the token-ids header writes them.
+fn token_ids(g: &kvfabric_store::ModelGeometry) -> String {
+    let tokens: Vec<String> = (0..g.block_tokens()).map(|t| t.to_string()).collect();
+    tokens.join(",")
+}
+
+/// What a `stored` event of a block put with [`engine_headers`] says of its identity.
+fn assert_put_identity(stored: &events_client::Msg, g: &kvfabric_store::ModelGeometry) {
+    assert_eq!(stored.data["block_tokens"], g.block_tokens());
+    assert_eq!(
+        stored.data["hashes"],
+        serde_json::json!([21, 22, 23, 24]),
+        "{stored:?}"
+    );
+    assert_eq!(stored.data["engine"]["parent_block_hash"], 20);
+    assert_eq!(stored.data["engine"]["token_ids"][63], 63);
+}
+
 /// The engine headers of a vLLM put: hashes 21..=24 behind parent 20, the block's tokens.
 fn engine_headers(tokens: &str) -> [(&'static str, &str); 5] {
     [
@@ -38,8 +56,7 @@ fn remote_installs_are_stored_events_and_an_expired_member_is_node_down() {
     );
 
     tracing::info!("phase 2: a put on n1, a get on n2 fetches and installs it");
-    let tokens: Vec<String> = (0..g.block_tokens()).map(|t| t.to_string()).collect();
-    let tokens = tokens.join(",");
+    let tokens = token_ids(&g);
     let r = cluster.put_block(1, &g, &payload(&g, 5), &engine_headers(&tokens));
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
     let id = r.json()["block"].as_str().unwrap().to_owned();
@@ -58,10 +75,7 @@ fn remote_installs_are_stored_events_and_an_expired_member_is_node_down() {
     assert_eq!(stored.data["tier"], "host");
     assert_eq!(stored.data["seq"], 1);
     assert_eq!(blocks(&stored), std::slice::from_ref(&id));
-    assert_eq!(stored.data["block_tokens"], g.block_tokens());
-    assert_eq!(stored.data["hashes"], serde_json::json!([21, 22, 23, 24]));
-    assert_eq!(stored.data["engine"]["parent_block_hash"], 20);
-    assert_eq!(stored.data["engine"]["token_ids"][63], 63);
+    assert_put_identity(&stored, &g);
 
     let mut on1 = open(cluster.api(1), None, "?since=0", &[]).unwrap();
     assert_eq!(on1.next().event, "epoch");
@@ -87,8 +101,7 @@ fn a_pushed_copy_is_published_under_the_engine_identity_it_was_put_with() {
     cluster.agreed_leader(&[1, 2, 3]);
 
     tracing::info!("phase 2: a vLLM put on n1; its copy is pushed to n2 or n3");
-    let tokens: Vec<String> = (0..g.block_tokens()).map(|t| t.to_string()).collect();
-    let tokens = tokens.join(",");
+    let tokens = token_ids(&g);
     let r = cluster.put_block(1, &g, &payload(&g, 6), &engine_headers(&tokens));
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(
@@ -113,14 +126,7 @@ fn a_pushed_copy_is_published_under_the_engine_identity_it_was_put_with() {
     assert_eq!(stored.event, "stored", "{stored:?}");
     assert_eq!(stored.data["node"], format!("n{copy}"));
     assert_eq!(blocks(&stored), std::slice::from_ref(&id));
-    assert_eq!(stored.data["block_tokens"], g.block_tokens());
-    assert_eq!(
-        stored.data["hashes"],
-        serde_json::json!([21, 22, 23, 24]),
-        "{stored:?}"
-    );
-    assert_eq!(stored.data["engine"]["parent_block_hash"], 20);
-    assert_eq!(stored.data["engine"]["token_ids"][63], 63);
+    assert_put_identity(&stored, &g);
     let metrics = cluster.operator_get(copy, "/metrics").unwrap();
     let text = String::from_utf8_lossy(&metrics.body);
     assert!(
