@@ -143,7 +143,9 @@ fn a_fetch_after_the_peer_restarted_reaches_the_new_process_over_a_fresh_connect
     assert_eq!(got.id(), want.id());
     assert_eq!(got.bytes(), want.bytes());
     let c = client.counters();
-    assert_eq!(c.redials, 1, "{c:?}");
+    // The reset lands on the fetch's own request (one redial) or, when another packet of the
+    // old connection reached the new process first, before it (the pool dials afresh).
+    assert!(c.redials <= 1, "{c:?}");
     assert_eq!(c.connections_opened, 2, "{c:?}");
     assert_eq!(
         (c.fetches_ok, c.fetches_failed, c.timeouts),
