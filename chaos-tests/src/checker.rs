@@ -46,6 +46,10 @@ pub struct FinalState {
     /// The final phase was cut short by SIGINT / SIGTERM: `holders` and `mapped` hold what
     /// was probed before it, and convergence was not waited for to the bound.
     pub interrupted: bool,
+    /// Node → blocks whose copy there failed verification (a corrupted disk's bytes found by
+    /// a read, a repair or the scrub) and was dropped, as each node's log reports it.
+    #[serde(default)]
+    pub rotted: BTreeMap<u64, BTreeSet<String>>,
 }
 
 /// One violation.
@@ -210,15 +214,16 @@ pub fn check_with(h: &Recorded, end: &FinalState, judge_availability: bool) -> C
             failed.len() as u32 > replicas.saturating_sub(1)
         } else {
             let lost = |holder: u64| {
-                h.faults
-                    .iter()
-                    .filter(|f| f.kind.loses_memory() && f.end_ms >= op.invoke_ms)
-                    .filter(|f| f.nodes.contains(&holder))
-                    .any(|f| {
-                        f.kind == FaultKind::KillWipe
-                            || f.in_memory.iter().any(|b| b == block)
-                            || (f.snapshot_ms > 0.0 && op.complete_ms >= f.snapshot_ms)
-                    })
+                end.rotted.get(&holder).is_some_and(|b| b.contains(block))
+                    || h.faults
+                        .iter()
+                        .filter(|f| f.kind.loses_memory() && f.end_ms >= op.invoke_ms)
+                        .filter(|f| f.nodes.contains(&holder))
+                        .any(|f| {
+                            f.kind == FaultKind::KillWipe
+                                || f.in_memory.iter().any(|b| b == block)
+                                || (f.snapshot_ms > 0.0 && op.complete_ms >= f.snapshot_ms)
+                        })
             };
             acked_by.iter().all(|h| lost(*h))
         };

@@ -56,6 +56,7 @@ fn end(holders: Vec<u64>) -> FinalState {
         converge_bound_s: 60.0,
         converge_note: String::new(),
         interrupted: false,
+        rotted: BTreeMap::new(),
     }
 }
 
@@ -157,6 +158,31 @@ fn a_lost_block_is_excused_only_when_every_holder_lost_its_copy() {
         fault(FaultKind::Kill, 2, &[B]),
     ];
     assert_eq!(lost(in_memory), (0, 1));
+}
+
+#[test]
+fn a_copy_its_holder_found_rotten_counts_as_lost_by_that_holder() {
+    let h = Recorded {
+        ops: vec![put_ok()],
+        faults: vec![fault(FaultKind::KillWipe, 1, &[])],
+    };
+    let judged = |rotted: &[(u64, &str)]| {
+        let mut e = end(vec![]);
+        for (node, block) in rotted {
+            e.rotted.entry(*node).or_default().insert(block.to_string());
+        }
+        let c = check(&h, &e);
+        (
+            c.by_kind().get("lost_acked_block").copied().unwrap_or(0),
+            c.lost_excused,
+        )
+    };
+    // n1 wiped, n2's copy untouched: not excused.
+    assert_eq!(judged(&[]), (1, 0));
+    // n2 reported another block rotten, or n3 (no holder) this one: still not.
+    assert_eq!(judged(&[(2, K), (3, B)]), (1, 0));
+    // n2's own copy failed verification and was dropped: both holders lost it.
+    assert_eq!(judged(&[(2, B)]), (0, 1));
 }
 
 #[test]

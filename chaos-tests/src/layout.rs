@@ -173,10 +173,9 @@ pub fn config_text(dir: &Path, node: &NodeLayout, all: &[NodeLayout], s: NodeSet
         "256 KiB".into(),
     );
     c.node.log_level = Some("info".into());
-    c.tiers.disk = Some(DiskSection {
-        bytes: "512 MiB".into(),
-        sync: None,
-    });
+    // Room for every block a 30-minute run writes (~1 GiB on the busiest node): held blocks
+    // are never evicted, so a full disk tier would refuse puts, which is not the fault judged.
+    c.tiers.disk = Some(DiskSection::of("2 GiB"));
     c.models = Some(ModelsSection {
         dir: dir.join("models"),
     });

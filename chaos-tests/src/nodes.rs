@@ -6,6 +6,7 @@
 //! panic); pid files let the next run remove the leftovers of a crashed one
 //! ([`reap_leftovers`]).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::process::CommandExt;
@@ -187,6 +188,20 @@ impl Nodes {
         flipped
     }
 
+    /// Node → blocks whose copy there failed verification and was dropped, from every node's
+    /// log (each start appends to it): the lines the node writes as `lost a held copy …
+    /// block=<id>`.
+    pub fn rotted_copies(&self) -> BTreeMap<u64, BTreeSet<String>> {
+        (1..=self.len() as u64)
+            .map(|id| {
+                let text =
+                    std::fs::read_to_string(&self.layout[Self::idx(id)].log).unwrap_or_default();
+                (id, rotted_in(&text))
+            })
+            .filter(|(_, b)| !b.is_empty())
+            .collect()
+    }
+
     /// The last `lines` lines of node `id`'s log.
     pub fn log_tail(&self, id: u64, lines: usize) -> String {
         let text = std::fs::read_to_string(&self.layout[Self::idx(id)].log).unwrap_or_default();
@@ -207,6 +222,20 @@ impl Drop for Nodes {
     fn drop(&mut self) {
         self.stop_all();
     }
+}
+
+/// The blocks a node log reports as lost to a failed verification.
+fn rotted_in(log: &str) -> BTreeSet<String> {
+    log.lines()
+        .filter(|l| l.contains("lost a held copy"))
+        .filter_map(|l| {
+            let at = l.find("block=")? + "block=".len();
+            let id = l.get(at..at + 64)?;
+            id.bytes()
+                .all(|b| b.is_ascii_hexdigit())
+                .then(|| id.to_owned())
+        })
+        .collect()
 }
 
 fn collect_files(dir: &Path, out: &mut Vec<(PathBuf, u64)>) {
@@ -298,5 +327,20 @@ pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<
             return None;
         }
         std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn rotted_blocks_are_read_from_the_nodes_log_lines() {
+        let id = "ab".repeat(32);
+        let log = format!(
+            "2026-12-01T20:00:00Z  WARN lost a held copy: its bytes failed verification and were quarantined block={id}\n\
+             2026-12-01T20:00:01Z  INFO re-replicated block={}\n\
+             2026-12-01T20:00:02Z  WARN lost a held copy block=nothex\n",
+            "cd".repeat(32)
+        );
+        assert_eq!(super::rotted_in(&log).into_iter().collect::<Vec<_>>(), [id]);
     }
 }

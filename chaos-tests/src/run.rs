@@ -294,7 +294,8 @@ fn drive(
     nemesis::sleep_interruptible(3_000);
     workload.stop();
     let history = rec.snapshot();
-    let end = settle(&history, &client, apis, healed_at, cfg.converge_bound);
+    let mut end = settle(&history, &client, apis, healed_at, cfg.converge_bound);
+    end.rotted = nodes.rotted_copies();
     let checked = check_with(&history, &end, cfg.judge_availability);
     let mut report = Report::new(cfg, &history, &end, checked, net, dir);
     report.ran_s = ran_s;
@@ -410,6 +411,7 @@ fn settle(
         converge_bound_s: bound.as_secs_f64(),
         converge_note: note,
         interrupted: nemesis::interrupted(),
+        rotted: BTreeMap::new(),
     }
 }
 

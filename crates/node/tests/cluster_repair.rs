@@ -1,6 +1,7 @@
 //! Re-replication with real processes: a block put with replication 2 loses one of its two
 //! holders (SIGKILL); once that holder's lease expires, the surviving holder copies the block
-//! to the third node, which then serves the same bytes from its own store.
+//! to the third node, which then serves the same bytes from its own store. And a copy that
+//! rots on disk is found by the holder's scrub, dropped from the directory and replaced.
 
 mod cluster_harness;
 mod common;
@@ -12,12 +13,33 @@ const MODEL: &str = "deepseek-v2-lite";
 
 /// The value of `kvfabric_repair{stat="<stat>"}` on node `id`.
 fn repair_stat(cluster: &Cluster, id: u64, stat: &str) -> Option<f64> {
+    gauge(cluster, id, "kvfabric_repair", stat)
+}
+
+/// The value of `<series>{stat="<stat>"}` on node `id`.
+fn gauge(cluster: &Cluster, id: u64, series: &str, stat: &str) -> Option<f64> {
     let r = cluster.get(id, "/metrics")?;
     let text = String::from_utf8_lossy(&r.body).to_string();
     let label = format!("stat=\"{stat}\"");
     text.lines()
-        .find(|l| l.starts_with("kvfabric_repair{") && l.contains(&label))
+        .find(|l| l.starts_with(&format!("{series}{{")) && l.contains(&label))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// Flips one byte in the middle of where `payload` sits in node `id`'s segment files.
+fn rot_on_disk(cluster: &Cluster, id: u64, payload: &[u8]) {
+    let dir = cluster.path().join(format!("node{id}")).join("disk");
+    let probe = &payload[..4096.min(payload.len())];
+    for entry in std::fs::read_dir(&dir).expect("disk dir") {
+        let path = entry.expect("entry").path();
+        let mut bytes = std::fs::read(&path).expect("segment");
+        if let Some(at) = bytes.windows(probe.len()).position(|w| w == probe) {
+            bytes[at + payload.len() / 2] ^= 0x40;
+            std::fs::write(&path, bytes).expect("write segment");
+            return;
+        }
+    }
+    panic!("the payload is in no segment file under {}", dir.display());
 }
 
 #[test]
@@ -75,6 +97,66 @@ fn a_block_that_lost_a_holder_is_copied_to_another_node() {
     });
     std::thread::sleep(std::time::Duration::from_millis(1_000));
     assert_eq!(repair_stat(&cluster, 1, "copies_made"), Some(1.0));
+    let (ok, out) = cluster.down();
+    assert!(ok, "{out}");
+}
+
+#[test]
+fn a_copy_that_rots_on_disk_is_found_by_the_scrub_and_replaced() {
+    init_tracing();
+    let g = builtin(MODEL);
+    tracing::info!("phase 1: three nodes, a host tier of one block, frequent scrubs and repairs");
+    let mut cluster = cluster_harness::kvfabric().cluster_with(
+        3,
+        &[
+            "--host-bytes",
+            "3 MiB",
+            "--disk-set",
+            "scrub_pause_ms=200",
+            "--cluster-set",
+            "repair_interval_ms=300",
+        ],
+    );
+    cluster.agreed_leader(&[1, 2, 3]);
+
+    tracing::info!("phase 2: a put on n1 with two copies; the next put demotes n1's to disk");
+    let bytes = payload(&g, 31);
+    let r = cluster.put_block(1, &g, &bytes, &[]);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let id = r.json()["block"].as_str().unwrap().to_owned();
+    let r = cluster.put_block(1, &g, &payload(&g, 32), &[]);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(cluster.head_block(1, &id).1.as_deref(), Some("disk"));
+    let other = (2..=3)
+        .find(|n| cluster.holds(*n, &id))
+        .expect("a second holder");
+
+    tracing::info!(
+        other,
+        "phase 3: n1's copy rots on disk; n1's scrub finds it"
+    );
+    rot_on_disk(&cluster, 1, &bytes);
+    cluster.wait_for("n1's scrub to find the rotten copy", || {
+        (gauge(&cluster, 1, "kvfabric_scrub", "lost") == Some(1.0)).then_some(())
+    });
+    assert!(!cluster.holds(1, &id), "n1 dropped its copy");
+    assert!(cluster.log(1).contains("lost a held copy"));
+    cluster.wait_for("n1 to release its owner records", || {
+        (gauge(&cluster, 1, "kvfabric_tier_moves", "lost_released") == Some(1.0)).then_some(())
+    });
+
+    tracing::info!("phase 4: the other holder sees one live copy and makes a second");
+    let holders = cluster.wait_for("two holders again", || {
+        let h: Vec<u64> = (1..=3).filter(|n| cluster.holds(*n, &id)).collect();
+        (h.len() == 2).then_some(h)
+    });
+    assert!(holders.contains(&other), "{holders:?}");
+    for n in holders {
+        let got = cluster.get(n, &format!("/v1/blocks/{id}")).unwrap();
+        assert_eq!(got.status, 200);
+        assert_eq!(got.header("kvfabric-source"), Some("local"));
+        assert!(got.body == bytes, "n{n} serves the put's bytes");
+    }
     let (ok, out) = cluster.down();
     assert!(ok, "{out}");
 }

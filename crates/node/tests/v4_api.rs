@@ -120,5 +120,11 @@ fn a_position_is_refused_on_v4_reads_and_puts_naming_the_layer_region_and_reason
         &[],
     );
     assert_eq!(r.status, 200, "{}", r.text());
+    // HEAD answers as GET would, the rotation's refusal included, without a body.
+    let head = |block: &str| {
+        node.head(Some(TOKEN_A), &format!("/v1/blocks/{block}?position=1000"))
+            .status
+    };
+    assert_eq!((head(&id), head(&mla)), (400, 200));
     node.assert_serving(24);
 }

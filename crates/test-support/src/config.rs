@@ -119,6 +119,21 @@ pub struct DiskSection {
     /// `deferred` or `every_append`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync: Option<String>,
+    /// Any other `[tiers.disk]` key, as a TOML value (e.g. `scrub_pause_ms`, from
+    /// `cluster up --disk-set`).
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, toml::Value>,
+}
+
+impl DiskSection {
+    /// A disk tier of `bytes`, every other key left to the node's defaults.
+    pub fn of(bytes: impl Into<Bytes>) -> DiskSection {
+        DiskSection {
+            bytes: bytes.into(),
+            sync: None,
+            extra: BTreeMap::new(),
+        }
+    }
 }
 
 /// `[models]`.
@@ -300,10 +315,7 @@ mod tests {
     #[test]
     fn a_cluster_config_round_trips_with_its_extra_keys() {
         let mut c = NodeConfigFile::new(2, "127.0.0.1:0", "data".into(), "256 MiB".into());
-        c.tiers.disk = Some(DiskSection {
-            bytes: "1 GiB".into(),
-            sync: None,
-        });
+        c.tiers.disk = Some(DiskSection::of("1 GiB"));
         let member = |id: u64| MemberSection {
             id,
             api: format!("http://127.0.0.1:{}", 7100 + id),

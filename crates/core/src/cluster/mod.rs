@@ -415,7 +415,7 @@ impl Cluster {
             tokio::spawn(membership::run(self.clone())),
             tokio::spawn(members::run(self.clone())),
         ];
-        match self.local.watch_moves() {
+        match self.local.watch_changes() {
             Ok(rx) => tasks.push(tokio::spawn(tier_sync::run(self.clone(), rx))),
             Err(e) => tracing::error!(error = %e, "tier moves will not reach the directory"),
         }

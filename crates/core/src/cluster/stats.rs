@@ -89,6 +89,7 @@ mod tests {
             usage: Vec::new(),
             held: 10,
             chunk_keys: 0,
+            scrub: [0; 5],
         };
         let t = CountersSnapshot {
             fetches_ok: 11,

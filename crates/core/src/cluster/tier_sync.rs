@@ -1,7 +1,10 @@
 //! Keeps this node's owner records' tiers current: when the store moves a held block between
 //! tiers (a demotion to disk under memory pressure, a promotion on a hit), the move is
 //! recorded in the directory as a claim in the new tier and a release of the old one, through
-//! the incarnation's batcher, in the order the moves happened.
+//! the incarnation's batcher, in the order the moves happened. A held block lost without a
+//! delete (its bytes failed verification: [`HoldingChange::Lost`]) has its records in every
+//! tier released, so the directory stops naming this node and re-replication sees the block
+//! under-replicated.
 //!
 //! `POST /v1/route` prices a hit by the tier its owner record names, and a remote get picks
 //! the owner with the fastest tier, so a stale tier costs a wrong ranking (never wrong bytes).
@@ -14,10 +17,11 @@ use std::sync::Arc;
 
 use futures_util::future::join_all;
 use kvfabric_directory::OwnershipRecord;
-use kvfabric_store::TierMove;
+use kvfabric_store::{Tier, TierMove};
 use tokio::sync::mpsc;
 
 use super::Cluster;
+use crate::local::HoldingChange;
 
 /// Moves taken from the channel into one round of records, at most.
 const MOVES_PER_ROUND_MAX: usize = 1024;
@@ -31,6 +35,8 @@ pub(crate) struct TierSyncCounters {
     pub(crate) failed: AtomicU64,
     /// Moves seen before the node had joined (covered by its registration).
     pub(crate) before_join: AtomicU64,
+    /// Lost copies whose records were released.
+    pub(crate) lost_released: AtomicU64,
 }
 
 /// The records one move becomes: the new tier claimed before the old one is released, so the
@@ -50,8 +56,23 @@ pub(crate) fn records(m: &TierMove) -> [OwnershipRecord; 2] {
     ]
 }
 
-/// Records moves from `rx` until the store side drops its sender (aborted at shutdown).
-pub(crate) async fn run(cluster: Arc<Cluster>, mut rx: mpsc::UnboundedReceiver<TierMove>) {
+/// The records a change becomes: a move's two ([`records`]), or a loss's release in every
+/// tier (releasing a tier not claimed changes nothing).
+pub(crate) fn change_records(c: &HoldingChange) -> Vec<OwnershipRecord> {
+    match c {
+        HoldingChange::Moved(m) => records(m).to_vec(),
+        HoldingChange::Lost { namespace, id } => {
+            let block = super::directory_block(namespace, *id);
+            [Tier::Gpu, Tier::Host, Tier::Disk]
+                .into_iter()
+                .map(|tier| OwnershipRecord::Release { block, tier })
+                .collect()
+        }
+    }
+}
+
+/// Records changes from `rx` until the store side drops its sender (aborted at shutdown).
+pub(crate) async fn run(cluster: Arc<Cluster>, mut rx: mpsc::UnboundedReceiver<HoldingChange>) {
     let c = &cluster.tier_sync;
     while let Some(first) = rx.recv().await {
         let mut moves = vec![first];
@@ -68,12 +89,20 @@ pub(crate) async fn run(cluster: Arc<Cluster>, mut rx: mpsc::UnboundedReceiver<T
         };
         // Submitted in order (join_all polls in order): the batcher keeps the last operation
         // on each record.
-        let submits = moves.iter().flat_map(records).map(|r| batcher.submit(r));
-        let results = join_all(submits).await;
-        let failed = results.chunks(2).filter(|r| r.iter().any(Result::is_err));
-        let failed = failed.count() as u64;
+        let per_change: Vec<Vec<OwnershipRecord>> = moves.iter().map(change_records).collect();
+        let submits = per_change.iter().flatten().map(|r| batcher.submit(*r));
+        let mut results = join_all(submits).await.into_iter();
+        let mut failed = 0u64;
+        for (change, recs) in moves.iter().zip(&per_change) {
+            let ok = results.by_ref().take(recs.len()).all(|r| r.is_ok());
+            if !ok {
+                failed += 1;
+            } else if matches!(change, HoldingChange::Lost { .. }) {
+                c.lost_released.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         if failed > 0 {
-            tracing::warn!(failed, "tier moves not recorded in the directory");
+            tracing::warn!(failed, "tier moves or losses not recorded in the directory");
         }
         c.failed.fetch_add(failed, Ordering::Relaxed);
         c.recorded
@@ -112,5 +141,20 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_lost_copy_releases_every_tier() {
+        let (namespace, id) = (NamespaceKey([1; 32]), BlockId([4; 32]));
+        let block = crate::cluster::directory_block(&namespace, id);
+        let recs = change_records(&HoldingChange::Lost { namespace, id });
+        let tiers: Vec<Tier> = recs
+            .iter()
+            .map(|r| match r {
+                OwnershipRecord::Release { block: b, tier } if *b == block => *tier,
+                other => panic!("expected a release of {block}, found {other:?}"),
+            })
+            .collect();
+        assert_eq!(tiers, [Tier::Gpu, Tier::Host, Tier::Disk]);
     }
 }

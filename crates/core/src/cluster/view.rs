@@ -107,8 +107,9 @@ pub struct ClusterMetrics {
     /// Re-replication: passes, blocks under-replicated in the last pass, copies made, copies
     /// asked for and not made.
     pub repair: [u64; 4],
-    /// Tier moves recorded in the directory, failed, and seen before joining.
-    pub tier_moves: [u64; 3],
+    /// Tier moves (and lost copies) recorded in the directory, failed, seen before joining;
+    /// lost copies whose owner records were released.
+    pub tier_moves: [u64; 4],
     /// Peer health: members suspected now, times one became a suspect, times a suspect
     /// answered again, probes sent.
     pub health: [u64; 4],
@@ -255,6 +256,7 @@ impl Cluster {
                 self.tier_sync.recorded.load(Ordering::Relaxed),
                 self.tier_sync.failed.load(Ordering::Relaxed),
                 self.tier_sync.before_join.load(Ordering::Relaxed),
+                self.tier_sync.lost_released.load(Ordering::Relaxed),
             ],
         }
     }

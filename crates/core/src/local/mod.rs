@@ -26,6 +26,7 @@ pub mod info_log;
 mod put;
 mod read;
 mod room;
+pub mod scrub;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -89,6 +90,23 @@ pub enum Deleted {
     NotFound,
 }
 
+/// A change in what this node holds that the directory must learn of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HoldingChange {
+    /// A held block moved between tiers.
+    Moved(TierMove),
+    /// A held block is gone from this node without a delete: its bytes failed verification
+    /// (on a read, a repair's copy or a scrub) and were quarantined. Its owner records are to
+    /// be released, so that the directory stops naming this node and the block's other holders
+    /// see it under-replicated and copy it again.
+    Lost {
+        /// Its namespace.
+        namespace: NamespaceKey,
+        /// The block.
+        id: BlockId,
+    },
+}
+
 /// A snapshot for metrics and `GET /v1/cluster`.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
@@ -100,6 +118,9 @@ pub struct Snapshot {
     pub held: u64,
     /// Chunk keys mapped.
     pub chunk_keys: u64,
+    /// The disk scrub's passes, copies verified, their bytes, copies lost, read errors
+    /// ([`scrub::ScrubCounters`]).
+    pub scrub: [u64; 5],
 }
 
 /// Everything behind the lock.
@@ -113,9 +134,9 @@ pub(crate) struct Local {
     /// The node's event log, once attached: every change of what is held is published to it
     /// under this lock, so events are in the order of the changes.
     pub(crate) events: Option<Arc<EventLog>>,
-    /// Where the tier moves of held blocks go besides the event log: the cluster side, which
-    /// records them in the directory (set by [`LocalNode::watch_moves`]).
-    pub(crate) moves: Option<mpsc::UnboundedSender<TierMove>>,
+    /// Where the tier moves and losses of held blocks go besides the event log: the cluster
+    /// side, which records them in the directory (set by [`LocalNode::watch_changes`]).
+    pub(crate) moves: Option<mpsc::UnboundedSender<HoldingChange>>,
     /// Where what the events say of each block is kept across restarts (none: memory only).
     info_log: Option<InfoLog>,
 }
@@ -130,6 +151,8 @@ pub struct LocalNode {
     reserve_wait_ms_max: u64,
     /// Reads answered not found (no copy here, none fetched from a peer).
     not_found: std::sync::atomic::AtomicU64,
+    /// What the disk scrub has done ([`scrub`]).
+    scrub: scrub::ScrubCounters,
 }
 
 impl LocalNode {
@@ -204,6 +227,7 @@ impl LocalNode {
                 room: tokio::sync::Notify::new(),
                 reserve_wait_ms_max: RESERVE_WAIT_MS_DEFAULT,
                 not_found: Default::default(),
+                scrub: Default::default(),
             },
             recovery,
         ))
@@ -387,7 +411,7 @@ impl LocalNode {
 
     /// Starts reporting the tier moves of held blocks (demotions, promotions) on the returned
     /// channel, in the order they happen; replaces an earlier watcher.
-    pub fn watch_moves(&self) -> Result<mpsc::UnboundedReceiver<TierMove>, LocalError> {
+    pub fn watch_changes(&self) -> Result<mpsc::UnboundedReceiver<HoldingChange>, LocalError> {
         self.with(|l| {
             let (tx, rx) = mpsc::unbounded_channel();
             l.moves = Some(tx);
@@ -414,6 +438,7 @@ impl LocalNode {
                 usage: l.store.usage(),
                 held: l.held.len() as u64,
                 chunk_keys: l.chunks.len() as u64,
+                scrub: self.scrub.values(),
             })
         })
     }
@@ -434,7 +459,7 @@ impl Local {
             }
             if let Some(tx) = &self.moves {
                 // A watcher gone (shutdown) is not an error.
-                let _ = tx.send(m);
+                let _ = tx.send(HoldingChange::Moved(m));
             }
             let info = self.info_of(&m.namespace, &m.id);
             events.push(EventKind::Removed {
@@ -609,9 +634,20 @@ impl Local {
         Ok(())
     }
 
-    /// Forgets a held block whose slots are gone from the store.
+    /// Forgets a held block whose slots are gone from the store (quarantined): a loss the
+    /// log names and the move watcher hears of ([`HoldingChange::Lost`]).
     fn forget(&mut self, ns: &NamespaceKey, id: &BlockId) {
         if let Some(block) = self.held.remove(ns, id) {
+            tracing::warn!(
+                block = %id,
+                "lost a held copy: its bytes failed verification and were quarantined"
+            );
+            if let Some(tx) = &self.moves {
+                let _ = tx.send(HoldingChange::Lost {
+                    namespace: *ns,
+                    id: *id,
+                });
+            }
             self.chunks.forget(ns, &block.chunk_keys);
             self.emit(EventKind::Removed {
                 namespace: *ns,

@@ -63,6 +63,15 @@ fn block_bytes(g: &ModelGeometry) -> u64 {
     g.block_layout().payload_len + HEADER_LEN as u64
 }
 
+/// A host tier with room for one block of `g` (each put demotes the previous one to disk) and
+/// a 1 MiB disk tier in `dir`.
+fn one_block_then_disk(g: &ModelGeometry, dir: &tempfile::TempDir) -> StoreConfig {
+    StoreConfig {
+        disk: Some(DiskConfig::new(dir.path().join("disk"), ByteCount(1 << 20))),
+        ..StoreConfig::host_only(ByteCount(block_bytes(g)))
+    }
+}
+
 fn host_used(node: &LocalNode) -> u64 {
     let s = node.snapshot().unwrap();
     s.usage
@@ -160,12 +169,7 @@ async fn a_wrong_length_or_a_dropped_session_gives_the_reservation_back() {
 async fn blocks_on_disk_are_held_again_after_reopening() {
     let g = tiny();
     let dir = tempfile::tempdir().unwrap();
-    let block = g.block_layout().payload_len + kvfabric_store::HEADER_LEN as u64;
-    let config = || StoreConfig {
-        disk: Some(DiskConfig::new(dir.path().join("disk"), ByteCount(1 << 20))),
-        // Room for one block: each put demotes the previous one to disk.
-        ..StoreConfig::host_only(ByteCount(block))
-    };
+    let config = || one_block_then_disk(&g, &dir);
     let (a, b) = (NamespaceKey::derive("a"), NamespaceKey::derive("b"));
     let ids: Vec<_> = {
         let node = open(config(), &[a, b]);
@@ -378,10 +382,7 @@ async fn a_disk_hit_is_verified_served_and_promoted() {
     let g = tiny();
     let a = NamespaceKey::derive("a");
     let dir = tempfile::tempdir().unwrap();
-    let config = StoreConfig {
-        disk: Some(DiskConfig::new(dir.path().join("disk"), ByteCount(1 << 20))),
-        ..StoreConfig::host_only(ByteCount(block_bytes(&g)))
-    };
+    let config = one_block_then_disk(&g, &dir);
     let node = open(config, &[a]);
     let (p1, p2) = (payload(&g, 1), payload(&g, 2));
     let first = put(&node, a, &g, &p1, None).await;
@@ -407,11 +408,7 @@ async fn what_events_say_of_a_block_survives_reopening_and_a_block_without_a_rec
     use std::sync::Arc;
     let g = tiny();
     let dir = tempfile::tempdir().unwrap();
-    let block = g.block_layout().payload_len + kvfabric_store::HEADER_LEN as u64;
-    let config = || StoreConfig {
-        disk: Some(DiskConfig::new(dir.path().join("disk"), ByteCount(1 << 20))),
-        ..StoreConfig::host_only(ByteCount(block))
-    };
+    let config = || one_block_then_disk(&g, &dir);
     let a = NamespaceKey::derive("a");
     let engine = Arc::new(EngineBlock {
         engine: "vllm/0.33.0".into(),
@@ -550,4 +547,77 @@ async fn an_install_is_published_with_its_header_count_and_the_peer_engine_ident
         dst2.info(&a, &id).unwrap(),
         Some(BlockInfo::tokens(g.block_tokens()))
     );
+}
+
+/// Flips one byte in the middle of where `payload` sits in the segment files under `dir`.
+fn rot_on_disk(dir: &std::path::Path, payload: &[u8]) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let mut bytes = std::fs::read(&path).unwrap();
+        if let Some(at) = bytes.windows(payload.len()).position(|w| w == payload) {
+            bytes[at + payload.len() / 2] ^= 0x40;
+            std::fs::write(&path, bytes).unwrap();
+            return;
+        }
+    }
+    panic!("the payload is in no segment file under {}", dir.display());
+}
+
+#[tokio::test]
+async fn a_scrub_finds_a_rotten_disk_copy_forgets_it_and_reports_it_lost() {
+    let g = tiny();
+    let a = NamespaceKey::derive("a");
+    let dir = tempfile::tempdir().unwrap();
+    let config = one_block_then_disk(&g, &dir);
+    let node = open(config, &[a]);
+    let mut changes = node.watch_changes().unwrap();
+    let (p1, p2, p3) = (payload(&g, 1), payload(&g, 2), payload(&g, 3));
+    let rotten = put(&node, a, &g, &p1, None).await.id;
+    let sound = put(&node, a, &g, &p2, None).await.id;
+    let _in_ram = put(&node, a, &g, &p3, None).await.id;
+    let on_disk: Vec<BlockId> = node.disk_held().unwrap().into_iter().map(|b| b.1).collect();
+    assert_eq!(on_disk.len(), 2, "{on_disk:?}");
+    while changes.try_recv().is_ok() {} // the demotions
+    rot_on_disk(&dir.path().join("disk"), &p1);
+
+    node.scrub_pass(u64::MAX).await;
+    assert_eq!(
+        node.scrub_counters().values(),
+        [1, 1, block_bytes(&g), 1, 0]
+    );
+    assert!(node.head(&[a], &rotten).unwrap().is_none(), "forgotten");
+    assert_eq!(read_back(&node, &[a], &sound), Some((p2, Tier::Disk)));
+    assert_eq!(
+        changes.try_recv().unwrap(),
+        HoldingChange::Lost {
+            namespace: a,
+            id: rotten
+        }
+    );
+    assert_eq!(node.snapshot().unwrap().counters.disk.quarantined, 1);
+
+    // A second pass reads the sound copy only (promoted by the read above: skipped if so).
+    node.scrub_pass(u64::MAX).await;
+    let [passes, _, _, lost, errors] = node.scrub_counters().values();
+    assert_eq!((passes, lost, errors), (2, 1, 0));
+}
+
+#[tokio::test]
+async fn a_scrub_paces_its_reads_and_does_not_count_them_as_hits() {
+    let g = tiny();
+    let a = NamespaceKey::derive("a");
+    let dir = tempfile::tempdir().unwrap();
+    let config = one_block_then_disk(&g, &dir);
+    let node = open(config, &[a]);
+    for seed in 0..5 {
+        put(&node, a, &g, &payload(&g, seed), None).await;
+    }
+    let hits = node.snapshot().unwrap().counters.hits;
+    let start = std::time::Instant::now();
+    // Four disk blocks at two blocks' bytes per second: at least ~1.5 s.
+    node.scrub_pass(block_bytes(&g) * 2).await;
+    let took = start.elapsed();
+    assert!(took >= std::time::Duration::from_millis(1_400), "{took:?}");
+    assert_eq!(node.scrub_counters().values()[1], 4);
+    assert_eq!(node.snapshot().unwrap().counters.hits, hits, "not a use");
 }

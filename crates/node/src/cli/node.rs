@@ -157,13 +157,22 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
                 tracing::warn!(orphaned = recovery.orphaned, "blocks on disk under a namespace key this node does not have (a retired secret or a removed namespace) were released: they are never served");
             }
             app.metrics.orphaned.inc_by(recovery.orphaned);
+            let local = Arc::new(local);
+            let scrub = config.scrub.map(|c| {
+                tracing::info!(
+                    bytes_per_s = c.bytes_per_s,
+                    pause_ms = c.pause.as_millis() as u64,
+                    "disk scrub on"
+                );
+                tokio::spawn(kvfabric_core::local::scrub::run(local.clone(), c))
+            });
             let parts = FabricParts {
                 me: config.node_id,
                 api: api.clone(),
                 catalog,
                 route: config.route,
                 clock: Arc::new(SystemClock),
-                local: Arc::new(local),
+                local,
                 events: event_log.clone(),
                 feed: feed.clone(),
                 arenas: config.arenas,
@@ -186,6 +195,9 @@ async fn serve_node(loaded: Loaded) -> anyhow::Result<()> {
                     () = signalled() => {},
                     _ = stop_rx.changed() => {},
                 }
+            }
+            if let Some(t) = scrub {
+                t.abort();
             }
         }
     }

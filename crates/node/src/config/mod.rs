@@ -20,6 +20,8 @@
 //! [tiers.disk]                      # optional: no disk tier without it
 //! bytes = "8 GiB"                   # upper bound on the segment files
 //! sync = "deferred"                 # optional: deferred (default) | every_append
+//! scrub_bytes_per_s = "16 MiB"      # optional: background verification's read rate; 0: off
+//! scrub_pause_ms = 10000            # optional: between two scrub passes (at least 100)
 //! [tiers.gpu]                       # optional; needs a build with the `cuda` feature
 //! ordinal = 0                       # optional, default 0
 //! bytes = "16 GiB"
@@ -112,6 +114,8 @@ pub(crate) struct NodeConfig {
     pub(crate) log_level: String,
     /// The store's tiers.
     pub(crate) store: StoreConfig,
+    /// The disk tier's background verification; `None`: no disk tier, or turned off.
+    pub(crate) scrub: Option<kvfabric_core::local::scrub::ScrubConfig>,
     /// Request limits.
     pub(crate) limits: Limits,
     /// Declared namespaces, in file order.

@@ -67,6 +67,10 @@ pub(crate) struct RawDisk {
     pub(crate) bytes: ByteSize,
     #[serde(default)]
     pub(crate) sync: Option<String>,
+    #[serde(default)]
+    pub(crate) scrub_bytes_per_s: Option<ByteSize>,
+    #[serde(default)]
+    pub(crate) scrub_pause_ms: Option<u64>,
 }
 
 /// `[tiers.gpu]`.

@@ -340,8 +340,8 @@ fn the_shared_config_writer_writes_what_the_node_reads() {
     let mut c = NodeConfigFile::new(2, "127.0.0.1:0", "data".into(), "64 MiB".into());
     c.node.log_level = Some("debug".into());
     c.tiers.disk = Some(DiskSection {
-        bytes: (64u64 << 20).into(),
         sync: Some("every_append".into()),
+        ..DiskSection::of(64u64 << 20)
     });
     c.limits = Some(LimitsSection {
         max_lookup_keys: Some(7),

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use kvfabric_core::local::scrub::{ScrubConfig, SCRUB_BYTES_PER_S_DEFAULT, SCRUB_PAUSE_MS_DEFAULT};
 use kvfabric_store::tier::disk::{DiskConfig, SyncPolicy, SEGMENT_BYTES_DEFAULT};
 use kvfabric_store::tier::host::REGION_BYTES_DEFAULT;
 use kvfabric_store::{ByteCount, ConfigError, GpuConfig, StoreConfig, StoreError};
@@ -27,6 +28,8 @@ pub(crate) const TOKEN_LEN_MAX: usize = 256;
 /// Most namespaces or tenants one config may declare.
 pub(crate) const TENANCY_ENTRIES_MAX: usize = 4096;
 /// Largest accepted body: the disk tier's largest entry.
+/// Shortest `tiers.disk.scrub_pause_ms`.
+const SCRUB_PAUSE_MS_MIN: u64 = 100;
 const BODY_BYTES_CAP: u64 = kvfabric_store::tier::disk::ENTRY_PAYLOAD_MAX_BYTES;
 /// Longest accepted timeout (one hour).
 const TIMEOUT_MS_MAX: u64 = 3_600_000;
@@ -97,9 +100,12 @@ impl Check<'_> {
                 ),
             ));
         }
-        let disk = match raw.tiers.disk {
-            None => None,
-            Some(d) => Some(self.disk(&data_dir, d.bytes.0, d.sync.as_deref())?),
+        let (disk, scrub) = match raw.tiers.disk {
+            None => (None, None),
+            Some(d) => (
+                Some(self.disk(&data_dir, d.bytes.0, d.sync.as_deref())?),
+                self.scrub(d.scrub_bytes_per_s.map(|b| b.0), d.scrub_pause_ms)?,
+            ),
         };
         let gpu = match raw.tiers.gpu {
             None => None,
@@ -146,6 +152,7 @@ impl Check<'_> {
                 host_region_bytes: REGION_BYTES_DEFAULT,
                 disk,
             },
+            scrub,
             limits,
             namespaces,
             tenants,
@@ -226,6 +233,28 @@ impl Check<'_> {
             self.err(&key, e.reason)
         })?;
         Ok(d)
+    }
+
+    /// `[tiers.disk]`'s scrub keys: `None` when the rate is 0 (off).
+    fn scrub(
+        &self,
+        bytes_per_s: Option<u64>,
+        pause_ms: Option<u64>,
+    ) -> Result<Option<ScrubConfig>, ConfigError> {
+        let pause_ms = pause_ms.unwrap_or(SCRUB_PAUSE_MS_DEFAULT);
+        if pause_ms < SCRUB_PAUSE_MS_MIN {
+            return Err(self.err(
+                "tiers.disk.scrub_pause_ms",
+                format!("expected at least {SCRUB_PAUSE_MS_MIN}, found {pause_ms}"),
+            ));
+        }
+        Ok(match bytes_per_s.unwrap_or(SCRUB_BYTES_PER_S_DEFAULT) {
+            0 => None,
+            bytes_per_s => Some(ScrubConfig {
+                bytes_per_s,
+                pause: std::time::Duration::from_millis(pause_ms),
+            }),
+        })
     }
 
     fn limits(&self, raw: &RawLimits, smallest: u64, largest: u64) -> Result<Limits, ConfigError> {

@@ -27,7 +27,8 @@
 //! | `kvfabric_arenas`, `kvfabric_arena_bytes` | gauge | | (live per-request arenas, the bytes they hold)
 //! | `kvfabric_raft_state` | gauge | stat: `term`, `is_leader`, `last_applied`, `last_log`, `epoch`, `members_healthy`, `members`, `rpc_ok`, `rpc_failed`, `rpc_served` (cluster nodes) |
 //! | `kvfabric_transport` | gauge | stat: the block transport's counters, e.g. `fetches_ok`, `verify_failures`, `bytes_in` (cluster nodes) |
-//! | `kvfabric_tier_moves` | gauge | stat: `recorded` (in the directory), `failed`, `before_join` (cluster nodes) |
+//! | `kvfabric_tier_moves` | gauge | stat: `recorded` (in the directory), `failed`, `before_join`, `lost_released` (copies that failed verification, their owner records released) (cluster nodes) |
+//! | `kvfabric_scrub` | gauge | stat: `passes`, `verified` (disk copies read back that hash to their ids), `bytes` (of those), `lost` (that did not: quarantined, forgotten), `errors` (reads that failed otherwise) |
 //! | `kvfabric_peer_health` | gauge | stat: `suspects` (members suspected now), `suspected` (times a member became a suspect), `cleared` (times a suspect answered again), `probes` (probes sent to suspects) (cluster nodes) |
 //! | `kvfabric_repair` | gauge | stat: `passes`, `under_replicated` (held blocks, last pass), `copies_made`, `copies_missing` (cluster nodes) |
 //! | `kvfabric_engine_offers` | gauge | stat: `sent` (engine identities offered to a peer ahead of a push, kept by it), `failed` (not kept), `used` (pushed copies installed here under an offered identity) (cluster nodes) |
@@ -139,6 +140,7 @@ pub(crate) struct Metrics {
     engine_offers: Family<StatLabels, Gauge>,
     peer_health: Family<StatLabels, Gauge>,
     tier_moves: Family<StatLabels, Gauge>,
+    scrub: Family<StatLabels, Gauge>,
     /// The event log's series (`crate::events`).
     pub(crate) events: kvfabric_core::events::EventMetrics,
     pub(crate) route_requests: Counter,
@@ -177,6 +179,7 @@ impl Metrics {
             engine_offers: Family::default(),
             peer_health: Family::default(),
             tier_moves: Family::default(),
+            scrub: Family::default(),
             events: kvfabric_core::events::EventMetrics::default(),
             route_requests: Counter::default(),
             route_refused: Family::default(),
@@ -315,6 +318,11 @@ impl Metrics {
             m.tier_moves.clone(),
         );
         r.register(
+            "scrub",
+            "Background verification of the disk tier's held copies",
+            m.scrub.clone(),
+        );
+        r.register(
             "route_requests",
             "POST /v1/route requests answered with a ranking",
             m.route_requests.clone(),
@@ -405,7 +413,7 @@ impl Metrics {
                 .get_or_create(&StatLabels { stat })
                 .set(gauge(v));
         }
-        let names = ["recorded", "failed", "before_join"];
+        let names = ["recorded", "failed", "before_join", "lost_released"];
         for (stat, v) in names.into_iter().zip(c.tier_moves) {
             self.tier_moves
                 .get_or_create(&StatLabels { stat })
@@ -484,6 +492,10 @@ impl Metrics {
         }
         self.held_blocks.set(gauge(s.held));
         self.chunk_keys.set(gauge(s.chunk_keys));
+        let names = ["passes", "verified", "bytes", "lost", "errors"];
+        for (stat, v) in names.into_iter().zip(s.scrub) {
+            self.scrub.get_or_create(&StatLabels { stat }).set(gauge(v));
+        }
     }
 }
 
@@ -509,6 +521,7 @@ mod tests {
             }],
             held: 2,
             chunk_keys: 1,
+            scrub: [0; 5],
         };
         s.counters.demotions = 3;
         m.encode(Some(&s));

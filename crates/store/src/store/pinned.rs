@@ -164,6 +164,23 @@ impl Store {
         }
     }
 
+    /// Ends a scrub's disk read: unpins without counting a hit (a scrub is not a use of the
+    /// block). A mismatch is read again and quarantined as [`Store::finish_disk_read`] does
+    /// ([`StoreError::Corrupt`]); `Ok` means the bytes on disk hash to the block's id.
+    pub fn finish_scrub_read(
+        &mut self,
+        d: DiskRead,
+        outcome: Result<Vec<u8>, StoreError>,
+    ) -> Result<(), StoreError> {
+        let slot = d.slot;
+        self.drop_disk_read(d)?;
+        match outcome {
+            Ok(_) => Ok(()),
+            Err(StoreError::HashMismatch { .. }) => self.read(slot).map(|_| ()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Gives up a disk read without counting it (a comparison's).
     pub(super) fn drop_disk_read(&mut self, d: DiskRead) -> Result<(), StoreError> {
         self.check_mine(d.store)?;

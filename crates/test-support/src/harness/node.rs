@@ -365,10 +365,7 @@ impl Drop for TestNode {
 fn config(o: &Options) -> NodeConfigFile {
     let mut c = NodeConfigFile::new(1, "127.0.0.1:0", "data".into(), Bytes::Count(o.host_bytes));
     c.node.log_level = Some("info".into());
-    c.tiers.disk = o.disk_bytes.map(|b| DiskSection {
-        bytes: Bytes::Count(b),
-        sync: None,
-    });
+    c.tiers.disk = o.disk_bytes.map(DiskSection::of);
     c.models = Some(ModelsSection {
         dir: "models".into(),
     });

@@ -131,6 +131,8 @@ pub struct ExtraKeys {
     pub cluster: Vec<(String, String)>,
     /// `[events]` keys (`--events-set`).
     pub events: Vec<(String, String)>,
+    /// `[tiers.disk]` keys (`--disk-set`).
+    pub disk: Vec<(String, String)>,
     /// `[transport] kind` (`--transport`), when not the default.
     pub transport: Option<String>,
 }
@@ -162,19 +164,19 @@ pub fn config(
     c.operator = Some(OperatorSection {
         token: token.to_owned(),
     });
-    c.tiers.disk = Some(DiskSection {
-        bytes: "1 GiB".into(),
-        sync: None,
-    });
-    c.transport = extra_keys.transport.as_ref().map(|kind| TransportSection {
-        kind: Some(kind.clone()),
-        ..TransportSection::default()
-    });
     let values = |keys: &[(String, String)]| {
         keys.iter()
             .map(|(k, v)| (k.clone(), toml_value(v)))
             .collect()
     };
+    c.tiers.disk = Some(DiskSection {
+        extra: values(&extra_keys.disk),
+        ..DiskSection::of("1 GiB")
+    });
+    c.transport = extra_keys.transport.as_ref().map(|kind| TransportSection {
+        kind: Some(kind.clone()),
+        ..TransportSection::default()
+    });
     let extra = values(&extra_keys.cluster);
     if !extra_keys.events.is_empty() {
         c.events = Some(EventsSection {

@@ -66,6 +66,10 @@ pub struct UpArgs {
     /// `zmq_pub="tcp://127.0.0.1:0"`); repeatable. The nodes validate it like any config key.
     #[arg(long = "events-set", value_name = "KEY=VALUE", value_parser = layout::parse_cluster_set)]
     events_set: Vec<(String, String)>,
+    /// A `[tiers.disk]` key for every node, as `KEY=VALUE` with a TOML value (e.g.
+    /// `scrub_pause_ms=200`); repeatable. The nodes validate it like any config key.
+    #[arg(long = "disk-set", value_name = "KEY=VALUE", value_parser = layout::parse_cluster_set)]
+    disk_set: Vec<(String, String)>,
 }
 
 /// Runs `kvfabric cluster up`.
@@ -172,6 +176,7 @@ fn start(
             &layout::ExtraKeys {
                 cluster: a.cluster_set.clone(),
                 events: a.events_set.clone(),
+                disk: a.disk_set.clone(),
                 transport: a.transport.clone(),
             },
             token,

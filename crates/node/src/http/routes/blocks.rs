@@ -16,6 +16,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use kvfabric_core::fabric::Served;
 use kvfabric_core::{FabricError, NodeId};
 use kvfabric_store::Tier;
 
@@ -77,9 +78,17 @@ pub(crate) async fn get_block(
             tier: served.tier.name(),
         })
         .inc();
+    app.metrics.bytes_out.inc_by(served.payload.len() as u64);
+    Ok(served_response(served, true))
+}
+
+/// A served block's response: its headers, and its payload as the body if `body`.
+fn served_response(served: Served, body: bool) -> Response {
     let len = served.payload.len() as u64;
-    app.metrics.bytes_out.inc_by(len);
-    let mut resp = Body::from(served.payload).into_response();
+    let mut resp = match body {
+        true => Body::from(served.payload).into_response(),
+        false => StatusCode::OK.into_response(),
+    };
     block_headers(
         &mut resp,
         served.tier,
@@ -87,12 +96,13 @@ pub(crate) async fn get_block(
         served.model.as_deref(),
         served.source,
     );
-    Ok(resp)
+    resp
 }
 
 /// `HEAD /v1/blocks/{id}`: the status a `GET` would answer, with its length, tier and
 /// `kvfabric-source` (`local`, or the owner that answered a probe); no bytes are read or
-/// moved.
+/// moved, except with `?position=`, which is answered by doing the GET (the rotation's
+/// validity depends on the block's model) and sending no body.
 pub(crate) async fn head_block(
     State(app): State<AppState>,
     headers: HeaderMap,
@@ -102,6 +112,16 @@ pub(crate) async fn head_block(
     let read = app.tenancy.caller(&headers)?.read(&headers)?;
     let id = headers::block_id(uri.path())?;
     let q = headers::read_query(uri.query())?;
+    if q.position.is_some() {
+        // Whether the rotation is possible depends on the block's model (a hybrid layout has
+        // no single `k_rope` to rotate), named in its header: answer as the GET would by
+        // doing it, and send no body.
+        let served = fabric
+            .get_variant(&read, id, q.variant, q.position)
+            .await
+            .map_err(ApiError::from_fabric)?;
+        return Ok(served_response(served, false));
+    }
     let head = match q.variant {
         0 => fabric.head(&read, id).await,
         v => fabric.head_variant(&read, id, v),
