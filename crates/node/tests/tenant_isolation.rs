@@ -12,11 +12,15 @@
 //!   answers before `a` did anything and after `a` put, read (a remote fetch too), deleted and
 //!   created an arena are equal (`/metrics` is the operator's: the same 403);
 //! - events: `b`'s SSE streams (node scope and the cluster feed) carry no `stored` or `removed`
-//!   of `a`'s, while `a`'s own streams carry them (the streams work); the ZeroMQ sockets are
-//!   operator-only (docs/API.md "KV events"), so no tenant subscribes to them.
+//!   of `a`'s, while `a`'s own streams carry them (the streams work), and every position `b` is
+//!   shown (`id`, `seq`, `feed_seq`) counts only what `b` sees: `b`'s three puts, with `a`'s
+//!   activity between them, are positions 1, 2, 3 of its node stream (after the epoch's
+//!   announcement), consecutive in the feed and in each member's stream there, as they would
+//!   be had `a` done nothing; a resume from one of those positions replays exactly what came
+//!   after it; the ZeroMQ sockets are operator-only (docs/API.md "KV events"), so no tenant
+//!   subscribes to them.
 //!
-//! Not compared, since they count every namespace's batches (docs/API.md "What a tenant sees
-//! of other tenants"): an SSE event's `id`, `seq`, `ts` and `feed_seq`.
+//! Not compared: an SSE event's `ts` (the time it was published).
 
 mod cluster_harness;
 mod common;
@@ -295,8 +299,11 @@ fn no_answer_to_one_tenant_depends_on_the_other_tenants_data() {
         .as_str()
         .unwrap()
         .to_owned();
+    let mut streams = Vec::new();
     for (name, s) in [("node", &mut b_node), ("cluster feed", &mut b_feed)] {
-        let seen = blocks_of(&until_stored(s, &marker));
+        let msgs = until_stored(s, &marker);
+        streams.push(msgs.clone());
+        let seen = blocks_of(&msgs);
         for id in &a_ids {
             assert!(
                 !seen.contains(id),
@@ -308,6 +315,51 @@ fn no_answer_to_one_tenant_depends_on_the_other_tenants_data() {
             "b's {name} stream carried b's own put"
         );
     }
+    // b's positions count b's batches only: on n1 its three puts are 1, 2, 3 (0 is the
+    // epoch's announcement), whatever a published between them.
+    let b_puts: Vec<String> = [&theirs["block"], &fresh["block"], &json!(marker)]
+        .iter()
+        .map(|b| b.as_str().unwrap().to_owned())
+        .collect();
+    let node_msgs = &streams[0];
+    let positions: Vec<(u64, Option<String>)> = node_msgs
+        .iter()
+        .map(|m| (m.data["seq"].as_u64().unwrap(), m.id.clone()))
+        .collect();
+    let epoch = node_msgs[0].data["epoch"].as_u64().unwrap();
+    let want: Vec<(u64, Option<String>)> =
+        (1..=3).map(|p| (p, Some(format!("{epoch}:{p}")))).collect();
+    assert_eq!(positions, want, "b's node stream: {node_msgs:?}");
+    assert_eq!(blocks_of(node_msgs), b_puts);
+    // In the feed, b's entries are consecutive, and so are each member's batches in it.
+    let feed_msgs = &streams[1];
+    let feed: Vec<u64> = feed_msgs
+        .iter()
+        .map(|m| m.data["feed_seq"].as_u64().unwrap())
+        .collect();
+    assert!(
+        feed.windows(2).all(|w| w[1] == w[0] + 1),
+        "b's feed positions: {feed:?}"
+    );
+    for n in NODES {
+        let member: Vec<u64> = feed_msgs
+            .iter()
+            .filter(|m| m.data["node"] == json!(format!("n{n}")))
+            .map(|m| m.data["seq"].as_u64().unwrap())
+            .collect();
+        assert!(
+            member.windows(2).all(|w| w[1] == w[0] + 1),
+            "n{n}'s batches in b's feed: {member:?}"
+        );
+    }
+    // Resuming after b's first put replays b's second and third, nothing of a's.
+    let first = node_msgs[0].id.clone().unwrap();
+    let mut resumed =
+        open(c.api(1), Some(TENANT_B), "", &[("last-event-id", &first)]).expect("resumed stream");
+    let again = resumed.take(2);
+    assert_eq!(blocks_of(&again), b_puts[1..]);
+    assert_eq!(again[1].id.as_deref(), Some(format!("{epoch}:3").as_str()));
+
     // And a's stream, ended by a marker of a's after all of b's puts, carries a's and no b's.
     let a_marker = put(1, TENANT_A, 79, None)["block"]
         .as_str()

@@ -29,6 +29,9 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
+use kvfabric_store::NamespaceKey;
+
+use super::views::{self, ClassCounts};
 use super::{wire, Batch, EventKind, EventLog, ReplayGap, BROADCAST_MAX};
 use crate::ids::NodeId;
 
@@ -41,6 +44,24 @@ pub struct FeedEntry {
     pub node: NodeId,
     /// The batch, with that member's epoch and sequence number.
     pub batch: Arc<Batch>,
+    /// The feed's entries of each class up to and including this one ([`views`]).
+    pub counts: Arc<ClassCounts>,
+    /// The entries of each class the feed took of this member's epoch, up to and including
+    /// this one (counted from the first of that epoch the feed took).
+    pub origin_counts: Arc<ClassCounts>,
+}
+
+impl FeedEntry {
+    /// Its position in the feed's view of a reader of `read`; `None`: not seen by that reader.
+    pub fn view_seq(&self, read: &[NamespaceKey]) -> Option<u64> {
+        views::view_seq(&self.batch.class, &self.counts, read)
+    }
+
+    /// Its position in the view of a reader of `read` of the member's own stream, counted
+    /// from the first batch of that epoch the feed took.
+    pub fn origin_view_seq(&self, read: &[NamespaceKey]) -> Option<u64> {
+        views::view_seq(&self.batch.class, &self.origin_counts, read)
+    }
 }
 
 /// What the feed knows of one member's stream.
@@ -58,6 +79,10 @@ struct FeedRing {
     entries: VecDeque<Arc<FeedEntry>>,
     next: u64,
     origins: HashMap<NodeId, Origin>,
+    /// Entries by class.
+    counts: ClassCounts,
+    /// Per member: the epoch counted and its entries by class.
+    origin_counts: HashMap<NodeId, (u64, ClassCounts)>,
 }
 
 /// Where a feed subscriber starts (as [`super::Subscription`]).
@@ -96,6 +121,8 @@ impl ClusterFeed {
                 entries: VecDeque::with_capacity(capacity.min(4096)),
                 next: 0,
                 origins: HashMap::new(),
+                counts: ClassCounts::default(),
+                origin_counts: HashMap::new(),
             }),
             tx,
             closed,
@@ -120,9 +147,20 @@ impl ClusterFeed {
     }
 
     fn push(&self, ring: &mut FeedRing, node: NodeId, batch: Arc<Batch>) {
+        ring.counts.add(batch.class);
+        let origin = ring
+            .origin_counts
+            .entry(node)
+            .or_insert_with(|| (batch.epoch, ClassCounts::default()));
+        if origin.0 != batch.epoch {
+            *origin = (batch.epoch, ClassCounts::default());
+        }
+        origin.1.add(batch.class);
         let entry = Arc::new(FeedEntry {
             feed_seq: ring.next,
             node,
+            counts: Arc::new(ring.counts.clone()),
+            origin_counts: Arc::new(origin.1.clone()),
             batch,
         });
         ring.next += 1;
@@ -215,13 +253,7 @@ impl ClusterFeed {
         let payload = wire::encode_batch(ts, &events, node);
         // The clear takes the member's next sequence number without using it up: the member's
         // own batch of that number (its re-announcement, if that comes first) is still fetched.
-        let batch = Arc::new(Batch {
-            seq: o.next_seq,
-            epoch: o.epoch,
-            ts,
-            events,
-            payload,
-        });
+        let batch = Arc::new(Batch::new(o.next_seq, o.epoch, ts, events, payload));
         ring.origins.insert(
             node,
             Origin {
@@ -237,9 +269,43 @@ impl ClusterFeed {
     pub fn subscribe(&self, since: Option<u64>) -> Result<FeedSubscription, ReplayGap> {
         let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
         let oldest = ring.entries.front().map_or(ring.next, |e| e.feed_seq);
+        match since {
+            Some(s) if s < oldest => Err(ReplayGap { oldest }),
+            _ => Ok(self.subscribe_in(&ring, since)),
+        }
+    }
+
+    /// [`ClusterFeed::subscribe`] for a reader of `read` resuming from position `since` of
+    /// its view of the feed (as [`EventLog::subscribe_view`]).
+    pub fn subscribe_view(
+        &self,
+        read: &[NamespaceKey],
+        since: Option<u64>,
+    ) -> Result<FeedSubscription, ReplayGap> {
+        let Some(since) = since else {
+            return self.subscribe(None);
+        };
+        let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let entries = ring
+            .entries
+            .iter()
+            .map(|e| (e.feed_seq, &e.batch.class, &*e.counts));
+        let start = views::view_start(entries, &ring.counts, read, since)?;
+        let from = start.unwrap_or(ring.next);
+        Ok(self.subscribe_in(&ring, Some(from)))
+    }
+
+    /// The oldest position of the feed's view of a reader of `read` still buffered.
+    pub fn oldest_view(&self, read: &[NamespaceKey]) -> u64 {
+        let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let first = ring.entries.front().map(|e| (&e.batch.class, &*e.counts));
+        views::oldest_view(first, &ring.counts, read)
+    }
+
+    /// A subscription from `since` (at or after the oldest buffered entry), under the lock.
+    fn subscribe_in(&self, ring: &FeedRing, since: Option<u64>) -> FeedSubscription {
         let replay = match since {
             None => Vec::new(),
-            Some(s) if s < oldest => return Err(ReplayGap { oldest }),
             Some(s) => ring
                 .entries
                 .iter()
@@ -247,12 +313,12 @@ impl ClusterFeed {
                 .cloned()
                 .collect(),
         };
-        Ok(FeedSubscription {
+        FeedSubscription {
             next: since.unwrap_or(ring.next),
             replay,
             live: self.tx.subscribe(),
             closed: self.closed.subscribe(),
-        })
+        }
     }
 
     /// Buffered entries with `feed_seq >= since`.
@@ -346,13 +412,7 @@ mod tests {
     use crate::events::EventMetrics;
 
     fn batch(epoch: u64, seq: u64) -> Arc<Batch> {
-        Arc::new(Batch {
-            seq,
-            epoch,
-            ts: 1.0,
-            events: Vec::new(),
-            payload: Default::default(),
-        })
+        Arc::new(Batch::new(seq, epoch, 1.0, Vec::new(), Default::default()))
     }
 
     #[test]
@@ -385,13 +445,13 @@ mod tests {
         f.node_down(n2, 7);
         assert!(!f.accept(n2, batch(5, 5)), "the ended epoch stays ended");
         let reannounce = |seq| {
-            Arc::new(Batch {
+            Arc::new(Batch::new(
                 seq,
-                epoch: 5,
-                ts: 1.0,
-                events: vec![EventKind::Epoch],
-                payload: Default::default(),
-            })
+                5,
+                1.0,
+                vec![EventKind::Epoch],
+                Default::default(),
+            ))
         };
         assert!(!f.accept(n2, reannounce(5)), "a batch it has seen");
         assert!(
@@ -412,13 +472,13 @@ mod tests {
         // A member that said its own expiry and re-announced is not cleared by a late report.
         let n3 = NodeId(3);
         assert!(f.accept(n3, batch(1, 0)));
-        let own = Arc::new(Batch {
-            seq: 1,
-            epoch: 1,
-            ts: 1.0,
-            events: vec![EventKind::NodeDown { node: n3, epoch: 4 }],
-            payload: Default::default(),
-        });
+        let own = Arc::new(Batch::new(
+            1,
+            1,
+            1.0,
+            vec![EventKind::NodeDown { node: n3, epoch: 4 }],
+            Default::default(),
+        ));
         assert!(f.accept(n3, own));
         let before = f.next_seq();
         f.node_down(n3, 4);
@@ -453,5 +513,50 @@ mod tests {
         assert_eq!(got, [(NodeId(1), 0), (NodeId(1), 1), (NodeId(2), 1)]);
         log.close();
         task.await.unwrap();
+    }
+
+    #[test]
+    fn a_tenants_feed_positions_count_only_what_it_sees_per_feed_and_per_member() {
+        use kvfabric_store::{BlockId, Tier};
+        let (a, b) = (NamespaceKey::derive("a"), NamespaceKey::derive("b"));
+        let stored = |ns: NamespaceKey| EventKind::Stored {
+            namespace: ns,
+            tier: Tier::Host,
+            ids: vec![BlockId([1; 32])],
+            chunk_key: None,
+            info: crate::events::BlockInfo::tokens(64),
+        };
+        let of = |seq, events| Arc::new(Batch::new(seq, 1, 1.0, events, Default::default()));
+        let f = ClusterFeed::new(NodeId(1), 16);
+        let (n2, n3) = (NodeId(2), NodeId(3));
+        assert!(f.accept(n2, of(0, vec![EventKind::Epoch])));
+        assert!(f.accept(n3, of(0, vec![EventKind::Epoch])));
+        // a's batches between b's, on both members.
+        for (n, seq, ns) in [
+            (n2, 1, a),
+            (n2, 2, b),
+            (n3, 1, a),
+            (n3, 2, a),
+            (n3, 3, b),
+            (n2, 3, b),
+        ] {
+            assert!(f.accept(n, of(seq, vec![stored(ns)])));
+        }
+        let entries = f.buffered_from(0);
+        let b_feed: Vec<u64> = entries.iter().filter_map(|e| e.view_seq(&[b])).collect();
+        assert_eq!(b_feed, [0, 1, 2, 3, 4], "two epochs, then b's three");
+        let b_member = |n: NodeId| -> Vec<u64> {
+            entries
+                .iter()
+                .filter(|e| e.node == n)
+                .filter_map(|e| e.origin_view_seq(&[b]))
+                .collect()
+        };
+        assert_eq!((b_member(n2), b_member(n3)), (vec![0, 1, 2], vec![0, 1]));
+        // Resuming b after its feed position 2 replays its positions 3 and 4 only.
+        let sub = f.subscribe_view(&[b], Some(3)).unwrap();
+        let replayed: Vec<u64> = sub.replay.iter().filter_map(|e| e.view_seq(&[b])).collect();
+        assert_eq!(replayed, [3, 4]);
+        assert_eq!(f.oldest_view(&[b]), 0);
     }
 }

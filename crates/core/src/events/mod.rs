@@ -23,6 +23,7 @@ pub mod epoch;
 mod metrics;
 pub mod node_down;
 pub mod poll;
+pub mod views;
 pub mod wire;
 
 use std::collections::VecDeque;
@@ -110,12 +111,41 @@ pub struct Batch {
     pub events: Vec<EventKind>,
     /// The vLLM `KVEventBatch` msgpack encoding ([`wire::encode_batch`]).
     pub payload: Bytes,
+    /// Who sees it ([`views`]): `None` every reader, else the readers of this namespace.
+    pub class: views::Class,
+    /// The batches of each class the publishing log had published up to and including this
+    /// one ([`views::ClassCounts`]); empty for a batch received from another member (the
+    /// cluster feed counts its own, [`cluster::FeedEntry`]).
+    pub counts: Arc<views::ClassCounts>,
 }
 
-/// The ring and the next sequence number.
+impl Batch {
+    /// A batch with its class from its events (a mixed one, which only an older member
+    /// publishes, is everyone's) and no counts.
+    pub fn new(seq: u64, epoch: u64, ts: f64, events: Vec<EventKind>, payload: Bytes) -> Batch {
+        Batch {
+            seq,
+            epoch,
+            ts,
+            class: views::class_of(&events).unwrap_or(None),
+            events,
+            payload,
+            counts: Default::default(),
+        }
+    }
+
+    /// Its position in the view of a reader of `read` ([`views::view_seq`]); `None` when that
+    /// reader does not see it.
+    pub fn view_seq(&self, read: &[NamespaceKey]) -> Option<u64> {
+        views::view_seq(&self.class, &self.counts, read)
+    }
+}
+
+/// The ring, the next sequence number, and the batches published by class.
 struct Ring {
     batches: VecDeque<Arc<Batch>>,
     next_seq: u64,
+    counts: views::ClassCounts,
 }
 
 /// Where a subscriber starts: what is still in the ring from its start, then live batches.
@@ -166,6 +196,7 @@ impl EventLog {
             ring: Mutex::new(Ring {
                 batches: VecDeque::with_capacity(capacity.min(4096)),
                 next_seq: 0,
+                counts: Default::default(),
             }),
             tx,
             closed,
@@ -183,7 +214,9 @@ impl EventLog {
         self.epoch
     }
 
-    /// Publishes one batch of `events` (nothing when empty); returns its sequence number.
+    /// Publishes `events` (nothing when empty) as one batch, or as one batch per namespace
+    /// when they are of several namespaces and none is everyone's ([`views::split`]); returns
+    /// the sequence number of the last.
     pub fn publish(&self, events: Vec<EventKind>) -> Option<u64> {
         if events.is_empty() {
             return None;
@@ -191,26 +224,45 @@ impl EventLog {
         let ts = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
-        let payload = wire::encode_batch(ts, &events, self.node);
         let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
-        let seq = ring.next_seq;
-        ring.next_seq += 1;
-        let batch = Arc::new(Batch {
-            seq,
-            epoch: self.epoch,
-            ts,
-            events,
-            payload,
-        });
-        if ring.batches.len() == self.capacity {
-            ring.batches.pop_front();
+        let mut last = None;
+        for events in views::split(events) {
+            let payload = wire::encode_batch(ts, &events, self.node);
+            let seq = ring.next_seq;
+            ring.next_seq += 1;
+            let mut batch = Batch::new(seq, self.epoch, ts, events, payload);
+            ring.counts.add(batch.class);
+            batch.counts = Arc::new(ring.counts.clone());
+            let batch = Arc::new(batch);
+            if ring.batches.len() == self.capacity {
+                ring.batches.pop_front();
+            }
+            ring.batches.push_back(batch.clone());
+            // Sent under the ring lock so that live order is publication order; no receiver
+            // is not an error.
+            let _ = self.tx.send(batch);
+            self.metrics.published.inc();
+            last = Some(seq);
         }
-        ring.batches.push_back(batch.clone());
-        // Sent under the ring lock so that live order is publication order; no receiver is
-        // not an error.
-        let _ = self.tx.send(batch);
-        self.metrics.published.inc();
-        Some(seq)
+        last
+    }
+
+    /// [`EventLog::subscribe`] for a reader of `read` resuming from position `since` of its
+    /// view ([`views`]): the subscription starts at the first batch it sees at or after that
+    /// position; [`ReplayGap`] names the oldest view position still buffered.
+    pub fn subscribe_view(
+        &self,
+        read: &[NamespaceKey],
+        since: Option<u64>,
+    ) -> Result<Subscription, ReplayGap> {
+        let Some(since) = since else {
+            return self.subscribe(None);
+        };
+        let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let entries = ring.batches.iter().map(|b| (b.seq, &b.class, &*b.counts));
+        let start = views::view_start(entries, &ring.counts, read, since)?;
+        let from = start.unwrap_or(ring.next_seq);
+        Ok(self.subscribe_in(&ring, Some(from)))
     }
 
     /// Subscribes from sequence number `since` of the current epoch (`None`: live batches
@@ -218,9 +270,17 @@ impl EventLog {
     pub fn subscribe(&self, since: Option<u64>) -> Result<Subscription, ReplayGap> {
         let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
         let oldest = ring.batches.front().map_or(ring.next_seq, |b| b.seq);
+        match since {
+            Some(s) if s < oldest => Err(ReplayGap { oldest }),
+            _ => Ok(self.subscribe_in(&ring, since)),
+        }
+    }
+
+    /// A subscription from `since` (at or after the oldest buffered batch), under the ring
+    /// lock so that no batch falls between the replay and the live receiver.
+    fn subscribe_in(&self, ring: &Ring, since: Option<u64>) -> Subscription {
         let replay = match since {
             None => Vec::new(),
-            Some(s) if s < oldest => return Err(ReplayGap { oldest }),
             Some(s) => ring
                 .batches
                 .iter()
@@ -228,12 +288,12 @@ impl EventLog {
                 .cloned()
                 .collect(),
         };
-        Ok(Subscription {
+        Subscription {
             next: since.unwrap_or(ring.next_seq),
             replay,
             live: self.tx.subscribe(),
             closed: self.closed.subscribe(),
-        })
+        }
     }
 
     /// Buffered batches with `seq >= since` (the ZeroMQ replay and a lagging publisher).
@@ -244,6 +304,14 @@ impl EventLog {
             .filter(|b| b.seq >= since)
             .cloned()
             .collect()
+    }
+
+    /// The oldest position of the view of a reader of `read` still buffered
+    /// ([`views::oldest_view`]).
+    pub fn oldest_view(&self, read: &[NamespaceKey]) -> u64 {
+        let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let first = ring.batches.front().map(|b| (&b.class, &*b.counts));
+        views::oldest_view(first, &ring.counts, read)
     }
 
     /// The next sequence number to be published.

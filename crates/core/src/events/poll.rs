@@ -174,13 +174,7 @@ fn apply(
             let payload = wire::encode_batch(p.ts, &p.events, node);
             feed.accept(
                 node,
-                Arc::new(Batch {
-                    seq: p.seq,
-                    epoch: p.epoch,
-                    ts: p.ts,
-                    events: p.events,
-                    payload,
-                }),
+                Arc::new(Batch::new(p.seq, p.epoch, p.ts, p.events, payload)),
             );
         }
     }

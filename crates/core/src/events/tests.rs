@@ -229,3 +229,71 @@ fn a_live_subscription_starts_at_the_next_sequence_number() {
     assert_eq!(sub.live.try_recv().unwrap().seq, sub.next);
     assert_eq!(l.subscribe(Some(1)).unwrap().next, 1);
 }
+
+fn stored_in(ns: &str, n: u8) -> EventKind {
+    EventKind::Stored {
+        namespace: NamespaceKey::derive(ns),
+        tier: Tier::Host,
+        ids: vec![BlockId([n; 32])],
+        chunk_key: None,
+        info: BlockInfo::tokens(64),
+    }
+}
+
+#[test]
+fn a_batch_of_several_namespaces_is_published_as_one_per_namespace() {
+    let l = log(16);
+    let mixed = vec![stored_in("a", 1), stored_in("b", 2), stored_in("a", 3)];
+    assert_eq!(l.publish(mixed), Some(1), "two batches, the last is seq 1");
+    let [first, second] = &l.buffered_from(0)[..] else {
+        panic!("two batches")
+    };
+    assert_eq!(first.class, Some(NamespaceKey::derive("a")));
+    assert_eq!(first.events, [stored_in("a", 1), stored_in("a", 3)]);
+    assert_eq!(second.events, [stored_in("b", 2)]);
+    // An event every reader sees keeps the batch whole.
+    assert_eq!(
+        l.publish(vec![EventKind::Epoch, stored_in("a", 4), stored_in("b", 5)]),
+        Some(2)
+    );
+    assert_eq!(l.buffered_from(2)[0].class, None);
+}
+
+#[test]
+fn a_tenants_positions_count_only_the_batches_it_sees() {
+    let (a, b) = (NamespaceKey::derive("a"), NamespaceKey::derive("b"));
+    let l = log(8);
+    l.publish(vec![EventKind::Epoch]);
+    for i in 0..6u8 {
+        // Two of a's batches for each of b's: b's positions are 1, 2, 3 however many a has.
+        l.publish(vec![stored_in("a", i)]);
+        l.publish(vec![stored_in("a", i + 100)]);
+        l.publish(vec![stored_in("b", i)]);
+    }
+    let all = l.buffered_from(0);
+    let b_view: Vec<u64> = all.iter().filter_map(|x| x.view_seq(&[b])).collect();
+    let a_view: Vec<u64> = all.iter().filter_map(|x| x.view_seq(&[a])).collect();
+    // The ring keeps the last 8 of 19: seq 11..18.
+    assert_eq!(b_view, [4, 5, 6]);
+    assert_eq!(a_view, [8, 9, 10, 11, 12]);
+    assert_eq!(
+        all[0].view_seq(&[a, b]),
+        Some(11),
+        "a reader of both counts both"
+    );
+    // Resuming from a view position starts at the first batch seen at or after it.
+    let sub = l.subscribe_view(&[b], Some(5)).unwrap();
+    let seqs: Vec<Option<u64>> = sub.replay.iter().map(|x| x.view_seq(&[b])).collect();
+    assert_eq!(seqs.into_iter().flatten().collect::<Vec<_>>(), [5, 6]);
+    assert_eq!(sub.next, 15, "b's position 5 is the log's batch 15");
+    // Older than what is buffered: the gap names b's oldest position still there.
+    assert_eq!(l.oldest_view(&[b]), 4);
+    assert_eq!(
+        l.subscribe_view(&[b], Some(3)).err(),
+        Some(ReplayGap { oldest: 4 })
+    );
+    // Ahead of the view: nothing replayed, the next batch published is where it starts.
+    let ahead = l.subscribe_view(&[b], Some(7)).unwrap();
+    assert!(ahead.replay.is_empty());
+    assert_eq!(ahead.next, l.next_seq());
+}

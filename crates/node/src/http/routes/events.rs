@@ -15,7 +15,10 @@
 //! holds gets one `replay_gap` message and ends. Every stream ends when the node shuts down.
 //!
 //! A tenant sees `stored`/`removed` only for namespaces its token may read (its own and the
-//! shared ones), and every `epoch` and `node_down`. At most `events.max_sse_subscribers`
+//! shared ones), and every `epoch` and `node_down`; and every position it is shown or resumes
+//! from (`id`, `seq`, `feed_seq`, `since`, a `replay_gap`'s) counts only the batches it sees
+//! (`kvfabric_core::events::views`), so no number moves with another tenant's activity. An
+//! operator's (and an open node's) are the log's and the feed's own. At most `events.max_sse_subscribers`
 //! streams are open at once (503 `too_many_subscribers` beyond).
 
 use std::collections::VecDeque;
@@ -28,6 +31,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream;
 use kvfabric_core::events::cluster::{ClusterFeed, FeedEntry};
+use kvfabric_core::events::views::{self, ClassCounts};
 use kvfabric_core::events::{Batch, EventLog, ReplayGap};
 use kvfabric_core::NodeId;
 use kvfabric_store::NamespaceKey;
@@ -126,11 +130,15 @@ pub(crate) fn start(
     }
 }
 
-/// One batch as a stream delivers it: whose it is, and its position in the stream.
+/// One batch as a stream delivers it: whose it is, its position in the stream, and the
+/// counts a tenant's positions come from ([`views`]): the stream's up to it, and (the cluster
+/// feed) the member's own stream's.
 struct Item {
     node: NodeId,
     batch: Arc<Batch>,
     pos: u64,
+    counts: Arc<ClassCounts>,
+    origin_counts: Option<Arc<ClassCounts>>,
 }
 
 /// What a stream reads from.
@@ -143,6 +151,8 @@ fn node_item(node: NodeId, b: Arc<Batch>) -> Item {
     Item {
         node,
         pos: b.seq,
+        counts: b.counts.clone(),
+        origin_counts: None,
         batch: b,
     }
 }
@@ -152,6 +162,8 @@ fn feed_item(e: &FeedEntry) -> Item {
         node: e.node,
         batch: e.batch.clone(),
         pos: e.feed_seq,
+        counts: e.counts.clone(),
+        origin_counts: Some(e.origin_counts.clone()),
     }
 }
 
@@ -185,6 +197,14 @@ impl Source {
                 .buffered_from(0)
                 .first()
                 .map_or(feed.next_seq(), |e| e.feed_seq),
+        }
+    }
+
+    /// The oldest buffered position of the view of a reader of `read`.
+    fn oldest_view(&self, read: &[NamespaceKey]) -> u64 {
+        match self {
+            Source::Node(log, _) => log.oldest_view(read),
+            Source::Cluster(feed, _) => feed.oldest_view(read),
         }
     }
 
@@ -238,9 +258,15 @@ pub(super) fn stream_events(
             epoch: log.epoch(),
         }
     };
+    // A tenant's positions are those of its view ([`views`]): the batches it sees, no others.
+    let tenant = own.is_some();
     let (source, next, replay, closed) = match feed {
         None => {
-            let sub = log.subscribe(since).map_err(gap)?;
+            let sub = match tenant {
+                true => log.subscribe_view(&read, since),
+                false => log.subscribe(since),
+            }
+            .map_err(gap)?;
             let me = log.node();
             let replay = sub.replay.into_iter().map(|b| node_item(me, b)).collect();
             (
@@ -251,7 +277,11 @@ pub(super) fn stream_events(
             )
         }
         Some(feed) => {
-            let sub = feed.subscribe(since).map_err(gap)?;
+            let sub = match tenant {
+                true => feed.subscribe_view(&read, since),
+                false => feed.subscribe(since),
+            }
+            .map_err(gap)?;
             let replay = sub.replay.iter().map(|e| feed_item(e)).collect();
             (
                 Source::Cluster(feed, sub.live),
@@ -272,6 +302,7 @@ pub(super) fn stream_events(
         read,
         own,
         next,
+        view_next: since.unwrap_or(0),
         replay,
         closed,
         pending: VecDeque::new(),
@@ -314,6 +345,9 @@ struct Stream {
     own: Option<Vec<NamespaceKey>>,
     /// The next position this stream expects.
     next: u64,
+    /// A tenant's stream: the next position of its view it shows (views before it, asked
+    /// for by a `since` ahead of the stream, are skipped).
+    view_next: u64,
     replay: VecDeque<Item>,
     closed: watch::Receiver<bool>,
     pending: VecDeque<Event>,
@@ -372,11 +406,15 @@ impl Stream {
     /// Queues a `replay_gap` message and ends the stream after it.
     fn gap(&mut self) {
         self.gaps.inc();
+        let (since, oldest) = match self.own {
+            Some(_) => (self.view_next, self.source.oldest_view(&self.read)),
+            None => (self.next, self.source.oldest()),
+        };
         let data = json!({
             "node": self.me.to_string(),
             "epoch": self.epoch,
-            "since": self.next,
-            "oldest": self.source.oldest(),
+            "since": since,
+            "oldest": oldest,
         });
         self.pending
             .push_back(Event::default().event("replay_gap").data(data.to_string()));
@@ -386,6 +424,22 @@ impl Stream {
     /// Queues the messages of the events of `item` this caller may see.
     fn render(&mut self, item: &Item) {
         let cluster = matches!(self.source, Source::Cluster(..));
+        // A tenant's positions: the stream's (`pos`) and the member's (`seq`), in its view.
+        let (pos, seq) = match self.own {
+            None => (item.pos, item.batch.seq),
+            Some(_) => {
+                let Some(pos) = views::view_seq(&item.batch.class, &item.counts, &self.read) else {
+                    return;
+                };
+                if pos < self.view_next {
+                    return;
+                }
+                self.view_next = pos + 1;
+                let origin = item.origin_counts.as_deref().unwrap_or(&item.counts);
+                let seq = views::view_seq(&item.batch.class, origin, &self.read);
+                (pos, seq.unwrap_or(pos))
+            }
+        };
         let visible = item.batch.events.iter().filter(|e| match e.namespace() {
             None => true,
             Some(ns) => self.read.contains(ns),
@@ -393,14 +447,15 @@ impl Stream {
         let mut out: Vec<Event> = visible
             .map(|e| {
                 let (name, mut data) = render(e, item.node, &item.batch, self.own.as_deref());
+                data["seq"] = json!(seq);
                 if cluster {
-                    data["feed_seq"] = json!(item.pos);
+                    data["feed_seq"] = json!(pos);
                 }
                 Event::default().event(name).data(data.to_string())
             })
             .collect();
         if let Some(last) = out.pop() {
-            out.push(last.id(format!("{}:{}", self.epoch, item.pos)));
+            out.push(last.id(format!("{}:{}", self.epoch, pos)));
         }
         self.pending.extend(out);
     }

@@ -11,7 +11,8 @@ fn stream(log: &Arc<EventLog>, read: Vec<NamespaceKey>, since: u64) -> Stream {
 }
 
 fn stream_from(log: &Arc<EventLog>, read: Vec<NamespaceKey>, since: Option<u64>) -> Stream {
-    let sub = log.subscribe(since).unwrap();
+    // A tenant's stream (`own` is its first namespace): positions of its view.
+    let sub = log.subscribe_view(&read, since).unwrap();
     let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
     log.metrics.subscribers.inc();
     let me = log.node();
@@ -22,6 +23,7 @@ fn stream_from(log: &Arc<EventLog>, read: Vec<NamespaceKey>, since: Option<u64>)
         own: read.first().map(|k| vec![*k]),
         read,
         next: sub.next,
+        view_next: since.unwrap_or(0),
         replay: sub.replay.into_iter().map(|b| node_item(me, b)).collect(),
         closed: sub.closed,
         pending: VecDeque::new(),
@@ -117,8 +119,10 @@ async fn only_readable_namespaces_are_rendered_and_the_batch_id_goes_last() {
     }
     assert!(got[0].contains(&BlockId([1; 32]).to_hex()) && !got[0].contains("id:"));
     assert!(got[1].contains(&BlockId([3; 32]).to_hex()) && got[1].contains("id: 1:0"));
-    // Batch 1 holds nothing readable: skipped; batch 2 follows.
-    assert!(got[2].contains(&BlockId([5; 32]).to_hex()) && got[2].contains("id: 1:2"));
+    // The first publish was split by namespace (b's event is batch 1); batches 1 and 2 are
+    // b's: neither shown nor counted, so batch 3 is a's position 1.
+    assert!(got[2].contains(&BlockId([5; 32]).to_hex()) && got[2].contains("id: 1:1"));
+    assert!(got[2].contains("\"seq\":1"), "{}", got[2]);
     log.close();
     assert!(
         s.next_event().await.is_none(),
