@@ -24,6 +24,10 @@ use crate::receive::{PayloadSink, ReceiveError};
 struct Slot {
     conn: tokio::sync::Mutex<Option<Connection>>,
     last_used_ms: AtomicU64,
+    /// Dropped with the slot (the pool forgot it) or when the slot's connection is replaced:
+    /// the connection's watcher then lets its handle go, so the connection closes as soon as
+    /// the last call on it does (quinn closes a connection when its last handle is dropped).
+    retire: Mutex<Option<Sender<()>>>,
 }
 
 /// Which connections a pool entry is: index 0 carries blocks, `i` the channel `i - 1`.
@@ -107,10 +111,20 @@ impl Dial {
         };
         self.counters.connections_opened();
         let (watched, counters) = (conn.clone(), self.counters.clone());
+        let (retire, retired) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
-            watched.closed().await;
+            // Holding a handle keeps the connection open: only until it closes, or until the
+            // pool forgets it (a forgotten connection kept by this handle would otherwise stay
+            // open, kept alive by keep-alives, for the life of the process, and hold one of
+            // the peer's `connections_max` slots).
+            tokio::select! {
+                _ = watched.closed() => {}
+                _ = retired => {}
+            }
+            drop(watched);
             counters.connections_closed();
         });
+        *slot.retire.lock().unwrap_or_else(|e| e.into_inner()) = Some(retire);
         *guard = Some(conn.clone());
         Ok(conn)
     }
@@ -265,6 +279,7 @@ impl Client {
         let slot = Arc::new(Slot {
             conn: tokio::sync::Mutex::new(None),
             last_used_ms: AtomicU64::new(0),
+            retire: Mutex::new(None),
         });
         pool.insert(key, slot.clone());
         Ok(slot)
@@ -275,7 +290,8 @@ impl Client {
     /// is not closed: other calls in flight on it finish or fail on their own (closing it
     /// failed them all, and each of those failures then dropped the connection another call
     /// had just dialled, so a loaded peer whose one RPC was slow stayed unreachable), and it
-    /// closes once the last of them lets it go.
+    /// closes once the last of them lets it go (the slot's `retire` releases the watcher's
+    /// handle when the slot is dropped).
     pub(crate) fn forget(&self, peer: &PeerAddr, channel: ChannelIndex, failed: Option<usize>) {
         let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
         let key = (peer.clone(), channel);
