@@ -7,13 +7,7 @@ use rmpv::Value;
 use super::*;
 
 fn stored(n: u8) -> EventKind {
-    EventKind::Stored {
-        namespace: NamespaceKey::derive("a"),
-        tier: Tier::Host,
-        ids: vec![BlockId([n; 32])],
-        chunk_key: None,
-        info: BlockInfo::tokens(64),
-    }
+    stored_in("a", n)
 }
 
 fn log(capacity: usize) -> EventLog {
