@@ -41,8 +41,8 @@ pub use geometry::{ModelGeometry, ModelKind};
 pub use handle::{Handle, RegionIndex, Tier};
 pub use id::{Blake3Ids, BlockId, IdHasher, IdStream, NamespaceKey, NamespaceSecret, StreamingId};
 pub use store::{
-    Comparison, Dedup, Demotion, DiskRead, Draft, Filling, GpuConfig, PinnedRead, Prepared,
-    Promotion, PutForm, ReadStep, Reservation, RoomStep, SealStep, Sealed, SlotId, Store,
+    Comparison, Dedup, Demotion, DiskRead, Draft, Filling, GpuConfig, GpuPolicy, PinnedRead,
+    Prepared, Promotion, PutForm, ReadStep, Reservation, RoomStep, SealStep, Sealed, SlotId, Store,
     StoreConfig, StoreCounters, TierMove, TierUsage, Unprepared,
 };
 pub use tier::TierBackend;

@@ -109,6 +109,25 @@ pub struct TiersSection {
     /// `[tiers.disk]`: no disk tier without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<DiskSection>,
+    /// `[tiers.gpu]`: no GPU tier without it (a node needs the `cuda` feature and a device).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuSection>,
+}
+
+/// `[tiers.gpu]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GpuSection {
+    /// Device bytes the tier may use.
+    pub bytes: Bytes,
+    /// CUDA device ordinal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordinal: Option<u32>,
+    /// A node's own puts go to the device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub puts: Option<bool>,
+    /// A hit on a host block moves it to the device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promote: Option<bool>,
 }
 
 /// `[tiers.disk]`.
@@ -287,6 +306,7 @@ impl NodeConfigFile {
             tiers: TiersSection {
                 host_bytes,
                 disk: None,
+                gpu: None,
             },
             models: None,
             limits: None,

@@ -149,6 +149,9 @@ pub struct LocalNode {
     room: tokio::sync::Notify,
     /// Bound on a put's wait for host room held by work in flight.
     reserve_wait_ms_max: u64,
+    /// Whether sealing a put may copy it to the GPU tier (its locked steps then run off the
+    /// async workers: [`LocalNode::with_seal`]).
+    puts_reach_device: bool,
     /// Reads answered not found (no copy here, none fetched from a peer).
     not_found: std::sync::atomic::AtomicU64,
     /// What the disk scrub has done ([`scrub`]).
@@ -173,7 +176,16 @@ impl LocalNode {
         namespaces: &[NamespaceKey],
         data_dir: Option<&Path>,
     ) -> Result<(LocalNode, Recovery), LocalError> {
-        let mut store = Store::open(config)?;
+        LocalNode::open_store(Store::open(config)?, namespaces, data_dir)
+    }
+
+    /// [`LocalNode::open_in`] over a store already opened (tests open one with the device
+    /// tier over host memory: [`Store::open_with`]).
+    pub fn open_store(
+        mut store: Store,
+        namespaces: &[NamespaceKey],
+        data_dir: Option<&Path>,
+    ) -> Result<(LocalNode, Recovery), LocalError> {
         let mut held = Held::default();
         let mut recovery = Recovery::default();
         for (slot, id, _) in store.live_slots() {
@@ -213,6 +225,7 @@ impl LocalNode {
         if let (Some(log), Some(dir)) = (&mut info_log, data_dir) {
             log.rewrite(held.infos()).map_err(|e| info_error(dir, e))?;
         }
+        let puts_reach_device = store.puts_reach_device();
         let local = Local {
             store,
             held,
@@ -226,6 +239,7 @@ impl LocalNode {
                 inner: Mutex::new(local),
                 room: tokio::sync::Notify::new(),
                 reserve_wait_ms_max: RESERVE_WAIT_MS_DEFAULT,
+                puts_reach_device,
                 not_found: Default::default(),
                 scrub: Default::default(),
             },
@@ -272,6 +286,19 @@ impl LocalNode {
         f: impl FnOnce(&mut Local) -> Result<R, LocalError>,
     ) -> Result<R, LocalError> {
         block_in_place(|| self.with(f))
+    }
+
+    /// Runs a seal's locked step: [`LocalNode::with_io`] when it may copy the put to the GPU
+    /// tier ([`kvfabric_store::GpuPolicy::puts`]), [`LocalNode::with`] otherwise.
+    pub(crate) fn with_seal<R>(
+        &self,
+        f: impl FnOnce(&mut Local) -> Result<R, LocalError>,
+    ) -> Result<R, LocalError> {
+        if self.puts_reach_device {
+            self.with_io(f)
+        } else {
+            self.with(f)
+        }
     }
 
     /// Where `id` sits and its payload length, without reading it.

@@ -162,7 +162,7 @@ impl LocalNode {
     ) -> Result<R, LocalError> {
         let ns = prepared.namespace();
         let mut adopt = Some(adopt);
-        let step = self.with(|l| match l.store.seal_prepared(prepared)? {
+        let step = self.with_seal(|l| match l.store.seal_prepared(prepared)? {
             SealStep::Sealed(s) => {
                 let adopt = adopt.take().expect("adopted once");
                 adopt(l, s, ns).map(Ok)
@@ -180,7 +180,7 @@ impl LocalNode {
             c.run();
         }
         let adopt = adopt.take().expect("adopted once");
-        let done = self.with(|l| {
+        let done = self.with_seal(|l| {
             let s = l.store.seal_compared(c)?;
             adopt(l, s, ns)
         });
@@ -240,8 +240,14 @@ impl Local {
         chunk_keys: &[ChunkKey],
         info: BlockInfo,
     ) -> Result<Sealed, LocalError> {
-        let tier = self.store.handle(s.slot)?.tier;
         let newly = !self.held.contains(&ns, &s.id);
+        // A new block is placed by the GPU policy before it is announced; a block held
+        // already stays where it is.
+        let tier = if newly {
+            self.store.place_put(s.slot)?
+        } else {
+            self.store.handle(s.slot)?.tier
+        };
         if !self.held.insert(ns, s.id, s.slot) {
             self.store.release(s.slot)?;
         }

@@ -14,6 +14,8 @@ use super::*;
 
 use kvfabric_test_support::presets::tiny;
 
+mod gpu;
+
 fn payload(g: &ModelGeometry, seed: u8) -> Vec<u8> {
     let len = g.block_layout().payload_len as usize;
     (0..len)

@@ -25,6 +25,8 @@
 //! [tiers.gpu]                       # optional; needs a build with the `cuda` feature
 //! ordinal = 0                       # optional, default 0
 //! bytes = "16 GiB"
+//! puts = true                       # optional: a node's own puts go to the device (default)
+//! promote = true                    # optional: a hit on a host block moves it up (default)
 //!
 //! [models]                          # optional: the embedded presets by default
 //! dir = "models"                    # exactly the presets in this directory (*.toml)

@@ -80,6 +80,10 @@ pub(crate) struct RawGpu {
     #[serde(default)]
     pub(crate) ordinal: u32,
     pub(crate) bytes: ByteSize,
+    /// A node's own puts go to the device (default true).
+    pub(crate) puts: Option<bool>,
+    /// A hit on a host block moves it to the device (default true).
+    pub(crate) promote: Option<bool>,
 }
 
 /// `[models]`.

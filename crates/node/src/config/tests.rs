@@ -2,6 +2,8 @@
 
 use std::path::Path;
 
+use kvfabric_store::{ByteCount, GpuPolicy};
+
 use super::*;
 
 const GOOD: &str = r#"
@@ -458,4 +460,36 @@ fn arena_bounds_default_and_are_checked_against_the_hybrid_presets() {
     let (key, reason) = rejected(&format!("{GOOD}\n[arenas]\nwindow = 3\n"));
     assert_eq!(key, "arenas.window");
     assert!(reason.contains("unknown field"), "{reason}");
+}
+
+#[test]
+fn the_gpu_section_takes_its_policy_with_defaults() {
+    let gpu = |extra: &str| {
+        let text = GOOD.replacen(
+            "[[namespaces]]",
+            &format!("[tiers.gpu]\nbytes = \"1 GiB\"\n{extra}\n[[namespaces]]"),
+            1,
+        );
+        parse_str(&text).unwrap().config.store.gpu.unwrap()
+    };
+    let g = gpu("");
+    assert_eq!((g.ordinal, g.capacity), (0, ByteCount(1 << 30)));
+    assert_eq!(g.policy, GpuPolicy::default());
+    assert!(g.policy.puts && g.policy.promote, "both by default");
+    let g = gpu("ordinal = 1\nputs = false");
+    assert_eq!(g.ordinal, 1);
+    assert_eq!(
+        g.policy,
+        GpuPolicy {
+            puts: false,
+            promote: true
+        }
+    );
+    assert!(!gpu("promote = false").policy.promote);
+    let text = GOOD.replacen(
+        "[[namespaces]]",
+        "[tiers.gpu]\nbytes = \"1 GiB\"\nputs = \"yes\"\n[[namespaces]]",
+        1,
+    );
+    assert_eq!(rejected(&text).0, "tiers.gpu.puts");
 }

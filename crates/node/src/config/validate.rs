@@ -9,7 +9,7 @@ use std::time::Duration;
 use kvfabric_core::local::scrub::{ScrubConfig, SCRUB_BYTES_PER_S_DEFAULT, SCRUB_PAUSE_MS_DEFAULT};
 use kvfabric_store::tier::disk::{DiskConfig, SyncPolicy, SEGMENT_BYTES_DEFAULT};
 use kvfabric_store::tier::host::REGION_BYTES_DEFAULT;
-use kvfabric_store::{ByteCount, ConfigError, GpuConfig, StoreConfig, StoreError};
+use kvfabric_store::{ByteCount, ConfigError, GpuConfig, GpuPolicy, StoreConfig, StoreError};
 
 use super::raw::{RawConfig, RawLimits, RawNamespace, RawTenant};
 
@@ -118,10 +118,17 @@ impl Check<'_> {
                     ),
                 ))
             }
-            Some(g) => Some(GpuConfig {
-                ordinal: g.ordinal as usize,
-                capacity: ByteCount(g.bytes.0),
-            }),
+            Some(g) => {
+                let default = GpuPolicy::default();
+                Some(GpuConfig {
+                    ordinal: g.ordinal as usize,
+                    capacity: ByteCount(g.bytes.0),
+                    policy: GpuPolicy {
+                        puts: g.puts.unwrap_or(default.puts),
+                        promote: g.promote.unwrap_or(default.promote),
+                    },
+                })
+            }
         };
         let limits = self.limits(&raw.limits, smallest, largest)?;
         let (namespaces, tenants) = self.tenancy(raw.namespaces, raw.tenants)?;

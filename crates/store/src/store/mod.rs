@@ -60,6 +60,32 @@ pub struct GpuConfig {
     pub ordinal: usize,
     /// Device bytes the tier may use.
     pub capacity: ByteCount,
+    /// Which blocks the tier takes besides those fetched from peers.
+    pub policy: GpuPolicy,
+}
+
+/// Which blocks go to the GPU tier. A block fetched from a peer always starts there (when it
+/// has room); these say what else does. Both hold only where room can be made on the device
+/// without dropping a referenced block (GPU victims move down to host, host ones to disk);
+/// otherwise the block stays where it is. Every read-back from the device is verified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuPolicy {
+    /// A node's own put moves to the device once sealed in host memory ([`Store::place_put`];
+    /// the node announces it in the tier it ends in).
+    pub puts: bool,
+    /// A hit on a host block moves it to the device, and the read is served from there
+    /// (a disk hit moves to host first: one tier per hit).
+    pub promote: bool,
+}
+
+impl Default for GpuPolicy {
+    /// Both: a node with a GPU tier uses it for everything it holds, fastest tier first.
+    fn default() -> GpuPolicy {
+        GpuPolicy {
+            puts: true,
+            promote: true,
+        }
+    }
 }
 
 /// How a store is laid out.
@@ -131,6 +157,8 @@ pub struct Store {
     /// Demotions handed out and not yet finished.
     demotions: u64,
     gpu: Option<Box<dyn TierBackend>>,
+    /// What goes to the GPU tier (default when there is none).
+    gpu_policy: GpuPolicy,
     host: HostTier,
     disk: Option<DiskTier>,
     /// One policy per present tier, indexed by [`tier_index`].
@@ -147,7 +175,7 @@ pub struct Store {
 
 #[cfg(feature = "cuda")]
 fn open_gpu(g: GpuConfig) -> Result<Box<dyn TierBackend>, StoreError> {
-    let tier = crate::tier::gpu::GpuTier::new(
+    let tier = crate::tier::gpu::open(
         g.ordinal,
         g.capacity,
         crate::tier::gpu::REGION_BYTES_DEFAULT,
@@ -191,7 +219,8 @@ impl Store {
     }
 
     /// Opens a store with a given id hasher and an optional GPU tier (tests plant collisions
-    /// with a weak hasher; production uses [`Store::open`]).
+    /// with a weak hasher, or put the device tier over host memory; production uses
+    /// [`Store::open`]). The GPU policy is `config.gpu`'s (the default when absent).
     pub fn open_with(
         config: StoreConfig,
         hasher: Box<dyn IdHasher>,
@@ -217,6 +246,7 @@ impl Store {
             reservations: 0,
             demotions: 0,
             gpu,
+            gpu_policy: config.gpu.map(|g| g.policy).unwrap_or_default(),
             host,
             disk,
             policies,

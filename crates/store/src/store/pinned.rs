@@ -5,8 +5,8 @@
 //! says how to get the bytes: a [`PinnedRead`] of a host block, which the caller reads (or
 //! serves) for as long as it likes and hands back with [`Store::unpin_read`]; a [`DiskRead`]
 //! to run ([`DiskRead::run`]: `pread` and blake3 on the caller's thread) and hand back with
-//! [`Store::finish_disk_read`], which counts the hit; or, for a GPU block, a plain
-//! [`Store::get_slot`] under the caller's borrow. A hit is counted and the policy touched when
+//! [`Store::finish_disk_read`], which counts the hit; or, for a GPU block (and a host block
+//! when hits move to the GPU), a plain [`Store::get_slot`] under the caller's borrow. A hit is counted and the policy touched when
 //! the read begins (host) or finishes (disk).
 //!
 //! A pinned slot is never freed or moved, and a sealed slot's bytes are never written, so the
@@ -110,7 +110,8 @@ pub enum ReadStep {
     Host(PinnedRead),
     /// A disk block: [`DiskRead::run`], then [`Store::finish_disk_read`].
     Disk(DiskRead),
-    /// Another tier: read it with [`Store::get_slot`].
+    /// Another tier, or a host block a hit moves to the GPU: read it with
+    /// [`Store::get_slot`] (it may copy to the device: off the async workers).
     InPlace(SlotId),
 }
 
@@ -122,6 +123,9 @@ impl Store {
             (s.id, s.namespace, s.handle)
         };
         match handle.tier {
+            // A hit that moves the block to the device ([`super::GpuPolicy::promote`]) is
+            // read in place: the bytes, then the move, under the caller's borrow.
+            Tier::Host if self.reads_reach_device() => Ok(ReadStep::InPlace(slot)),
             Tier::Host => {
                 let pinned = self.pin_host_read(slot)?;
                 self.count_hit(slot, Tier::Host);

@@ -1,7 +1,7 @@
 //! Placement across tiers: make room by policy, demote down the chain, promote on hits,
 //! compact the disk tier when it is full of garbage.
 
-use super::{tier_index, SlotId, Store, TIERS};
+use super::{tier_index, SlotId, Store, TierMove, TIERS};
 use crate::error::StoreError;
 use crate::handle::{Handle, Tier};
 use crate::id::{BlockId, NamespaceKey};
@@ -132,35 +132,99 @@ impl Store {
     }
 
     /// Moves a slot one tier up after a hit, if room can be made there without dropping
-    /// referenced blocks. Pinned slots stay where they are.
+    /// referenced blocks: disk to host, and host to GPU when the GPU policy promotes hits
+    /// ([`super::GpuPolicy::promote`]). Pinned slots stay where they are.
     pub(crate) fn promote(&mut self, slot: SlotId, bytes: &[u8]) -> Result<(), StoreError> {
-        let s = self.slot(slot)?;
-        if s.pins > 0 {
-            return Ok(());
-        }
-        let Some(up) = TIERS[..tier_index(s.handle.tier)]
-            .iter()
-            .rev()
-            .copied()
-            .find(|&t| t != Tier::Gpu && self.tier_ref(t).is_some())
+        let from = self.slot(slot)?.handle.tier;
+        let Some(up) =
+            TIERS[..tier_index(from)].iter().rev().copied().find(|&t| {
+                (t != Tier::Gpu || self.gpu_policy.promote) && self.tier_ref(t).is_some()
+            })
         else {
             return Ok(());
         };
-        let len = s.handle.len;
+        if let Some(m) = self.raise(slot, bytes, up)? {
+            self.note_move(m);
+            self.counters.promotions += 1;
+        }
+        Ok(())
+    }
+
+    /// Places a put just sealed in host memory by the GPU policy ([`super::GpuPolicy::puts`]): moved
+    /// to the GPU tier when room can be made there without dropping referenced blocks. Not
+    /// recorded as a tier move (the put is announced where it ends up). Returns its tier.
+    pub fn place_put(&mut self, slot: SlotId) -> Result<Tier, StoreError> {
+        let s = self.slot(slot)?;
+        let tier = s.handle.tier;
+        if !(self.gpu_policy.puts && tier == Tier::Host && self.gpu.is_some()) {
+            return Ok(tier);
+        }
+        let bytes = self.read_slot(slot)?;
+        self.raise(slot, &bytes, Tier::Gpu)?;
+        Ok(self.slot(slot)?.handle.tier)
+    }
+
+    /// Whether a read of a host block may move it to the GPU tier (so the caller takes the
+    /// lock off its async workers: see [`Store::begin_read`]).
+    pub fn reads_reach_device(&self) -> bool {
+        self.gpu.is_some() && self.gpu_policy.promote
+    }
+
+    /// Whether sealing a put may move it to the GPU tier ([`Store::place_put`]).
+    pub fn puts_reach_device(&self) -> bool {
+        self.gpu.is_some() && self.gpu_policy.puts
+    }
+
+    /// Moves an unpinned slot up into `up` when room can be made there: the move, not yet
+    /// recorded (callers say what it was), or `None` when it stays where it is.
+    fn raise(
+        &mut self,
+        slot: SlotId,
+        bytes: &[u8],
+        up: Tier,
+    ) -> Result<Option<TierMove>, StoreError> {
+        let s = self.slot(slot)?.clone();
+        if s.pins > 0 {
+            return Ok(None);
+        }
         // Pinned while room is made: demotions into its tier must not pick it as a victim.
         self.slot_mut(slot)?.pins += 1;
-        let room = self.make_room(up, len);
+        let room = self.make_room(up, s.handle.len);
         self.slot_mut(slot)?.pins -= 1;
         if !room? {
-            return Ok(());
+            return Ok(None);
         }
-        self.move_slot(slot, bytes, up)?;
-        self.counters.promotions += 1;
-        Ok(())
+        let to = self.relocate_bytes(slot, bytes, up)?;
+        Ok(Some(TierMove {
+            slot,
+            id: s.id,
+            namespace: s.namespace,
+            from: s.handle.tier,
+            to: to.tier,
+        }))
     }
 
     /// Writes a slot's bytes into `to` (or below), frees the old copy, updates policies.
     fn move_slot(&mut self, slot: SlotId, bytes: &[u8], to: Tier) -> Result<(), StoreError> {
+        let s = self.slot(slot)?.clone();
+        let handle = self.relocate_bytes(slot, bytes, to)?;
+        self.note_move(TierMove {
+            slot,
+            id: s.id,
+            namespace: s.namespace,
+            from: s.handle.tier,
+            to: handle.tier,
+        });
+        Ok(())
+    }
+
+    /// [`Store::move_slot`] without recording the move; returns the new handle.
+    fn relocate_bytes(
+        &mut self,
+        slot: SlotId,
+        bytes: &[u8],
+        to: Tier,
+    ) -> Result<Handle, StoreError> {
         let s = self.slot(slot)?.clone();
         let handle = self.place(&s.id, &s.namespace, bytes, to)?;
         self.tier_mut(s.handle.tier)
@@ -173,14 +237,7 @@ impl Store {
             p.insert(slot, handle.len.0);
         }
         self.slot_mut(slot)?.handle = handle;
-        self.note_move(super::TierMove {
-            slot,
-            id: s.id,
-            namespace: s.namespace,
-            from: s.handle.tier,
-            to: handle.tier,
-        });
-        Ok(())
+        Ok(handle)
     }
 
     /// Compacts the disk tier and re-points moved slots. Returns bytes reclaimed.

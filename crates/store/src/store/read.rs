@@ -36,8 +36,8 @@ impl Store {
         Ok(VerifiedBlock::checked(id, namespace, self.read_slot(slot)?))
     }
 
-    /// Reads a block (header ‖ payload) and the tier it was served from. A disk hit is
-    /// promoted to the host tier when room can be made.
+    /// Reads a block (header ‖ payload) and the tier it was served from. A hit is promoted
+    /// one tier up when room can be made (see [`Store::get_slot`]).
     pub fn get(
         &mut self,
         id: &BlockId,
@@ -54,7 +54,8 @@ impl Store {
     }
 
     /// Reads one slot as [`Store::get`] reads a block: verified, counted as a hit of its tier,
-    /// promoted from disk when room can be made. Bytes that fail verification are quarantined
+    /// promoted one tier up when room can be made (disk to host; host to GPU when the GPU
+    /// policy promotes hits). Bytes that fail verification are quarantined
     /// ([`StoreError::Corrupt`]). The way to a block's second and later slots, which exist only
     /// after a dedup collision (same id, other bytes).
     pub fn get_slot(&mut self, slot: SlotId) -> Result<(VerifiedBlock, Tier), StoreError> {
@@ -67,7 +68,7 @@ impl Store {
         if let Some(p) = &mut self.policies[tier_index(tier)] {
             p.touch(slot);
         }
-        if tier == Tier::Disk {
+        if tier != Tier::Gpu {
             self.promote(slot, &bytes)?;
         }
         Ok((VerifiedBlock::checked(id, namespace, bytes), tier))

@@ -1,23 +1,21 @@
-//! The GPU tier: device memory through cudarc (driver API, dynamically loaded).
+//! The GPU tier: the device tier ([`DeviceTier`]) over CUDA memory through cudarc (driver
+//! API, dynamically loaded).
 //!
 //! cudarc panics when the driver library is missing, so [`probe`] looks for it first and
-//! [`GpuTier::new`] refuses with [`StoreError::TierUnavailable`] and the reason instead of
+//! [`open`] refuses with [`StoreError::TierUnavailable`] and the reason instead of
 //! panicking. Device memory is taken in regions (one `cuMemAlloc` each) and placed first-fit
-//! by the shared [`RegionBook`]; reads copy back to the host and are verified against the
-//! block id before they are returned (a read-back across a device boundary is exactly where
-//! wrong KV gets served silently).
+//! by the device tier; reads copy back to the host and are verified against the block id
+//! before they are returned (a read-back across a device boundary is exactly where wrong KV
+//! gets served silently).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 
 use crate::error::StoreError;
-use crate::handle::{Handle, Tier};
-use crate::id::{Blake3Ids, BlockId, IdHasher, NamespaceKey};
+use crate::handle::Tier;
+use crate::tier::device::{DeviceMemory, DeviceTier};
 use crate::tier::gpu_probe::GpuProbe;
-use crate::tier::regions::RegionBook;
-use crate::tier::TierBackend;
 use crate::units::ByteCount;
 
 /// Default device region: 1 GiB.
@@ -42,123 +40,86 @@ pub(crate) fn probe() -> GpuProbe {
     }
 }
 
-/// Device-memory tier on one GPU.
-pub struct GpuTier {
+/// CUDA device memory on one GPU: regions from `cuMemAlloc`, synchronous copies on the
+/// context's default stream.
+pub struct CudaMemory {
     stream: Arc<CudaStream>,
-    book: RegionBook,
     regions: Vec<CudaSlice<u8>>,
-    /// (region, offset) → namespace of the block there, to verify reads.
-    namespaces: HashMap<(u32, u64), NamespaceKey>,
 }
 
-impl GpuTier {
-    /// A tier of `capacity` bytes on device `ordinal`, or the reason it cannot run here.
-    pub fn new(
-        ordinal: usize,
-        capacity: ByteCount,
-        region_bytes: u64,
-    ) -> Result<GpuTier, StoreError> {
-        let unavailable = |reason: String| StoreError::TierUnavailable {
-            tier: Tier::Gpu,
-            reason,
-        };
-        match probe() {
-            GpuProbe::Available { devices } if (ordinal as u32) < devices => {}
-            GpuProbe::Available { devices } => {
-                return Err(unavailable(format!(
-                    "device {ordinal} asked, {devices} present"
-                )))
-            }
-            GpuProbe::Unavailable { reason } => return Err(unavailable(reason)),
+/// The GPU tier: the device tier over CUDA memory.
+pub type GpuTier = DeviceTier<CudaMemory>;
+
+/// A GPU tier of `capacity` bytes on device `ordinal`, or the reason it cannot run here.
+pub fn open(ordinal: usize, capacity: ByteCount, region_bytes: u64) -> Result<GpuTier, StoreError> {
+    let unavailable = |reason: String| StoreError::TierUnavailable {
+        tier: Tier::Gpu,
+        reason,
+    };
+    match probe() {
+        GpuProbe::Available { devices } if (ordinal as u32) < devices => {}
+        GpuProbe::Available { devices } => {
+            return Err(unavailable(format!(
+                "device {ordinal} asked, {devices} present"
+            )))
         }
-        let ctx = CudaContext::new(ordinal).map_err(|e| unavailable(format!("context: {e}")))?;
-        Ok(GpuTier {
-            stream: ctx.default_stream(),
-            book: RegionBook::new(Tier::Gpu, capacity, region_bytes),
-            regions: Vec::new(),
-            namespaces: HashMap::new(),
-        })
+        GpuProbe::Unavailable { reason } => return Err(unavailable(reason)),
     }
+    let ctx = CudaContext::new(ordinal).map_err(|e| unavailable(format!("context: {e}")))?;
+    let memory = CudaMemory {
+        stream: ctx.default_stream(),
+        regions: Vec::new(),
+    };
+    Ok(DeviceTier::new(memory, capacity, region_bytes))
 }
 
 fn gpu_err(what: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Gpu(format!("{what}: {e}"))
 }
 
-impl TierBackend for GpuTier {
-    fn tier(&self) -> Tier {
-        Tier::Gpu
+impl CudaMemory {
+    fn region(&self, region: u32) -> Result<&CudaSlice<u8>, StoreError> {
+        self.regions
+            .get(region as usize)
+            .ok_or_else(|| StoreError::Gpu(format!("no device region {region}")))
+    }
+}
+
+impl DeviceMemory for CudaMemory {
+    fn alloc(&mut self, bytes: u64) -> Result<(), StoreError> {
+        let mem = self
+            .stream
+            .alloc_zeros::<u8>(bytes as usize)
+            .map_err(|e| gpu_err("device allocation", e))?;
+        self.regions.push(mem);
+        Ok(())
     }
 
-    fn capacity(&self) -> ByteCount {
-        self.book.capacity()
+    fn regions(&self) -> usize {
+        self.regions.len()
     }
 
-    fn used(&self) -> ByteCount {
-        self.book.used()
-    }
-
-    fn can_fit(&self, len: ByteCount) -> bool {
-        self.book.can_fit(len)
-    }
-
-    fn write(
-        &mut self,
-        _id: &BlockId,
-        namespace: &NamespaceKey,
-        bytes: &[u8],
-    ) -> Result<Handle, StoreError> {
-        let placement = self.book.allocate(ByteCount(bytes.len() as u64))?;
-        if let Some(size) = placement.new_region_bytes {
-            match self.stream.alloc_zeros::<u8>(size as usize) {
-                Ok(mem) => self.regions.push(mem),
-                Err(e) => {
-                    self.book.abandon_region(&placement);
-                    return Err(gpu_err("device allocation", e));
-                }
-            }
-        }
-        let h = placement.handle;
-        let region = &mut self.regions[h.region.0 as usize];
-        let mut dst = region.slice_mut(h.offset as usize..h.end() as usize);
+    fn copy_in(&mut self, region: u32, offset: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        self.region(region)?;
+        let start = offset as usize;
+        let mut dst = self.regions[region as usize].slice_mut(start..start + bytes.len());
         self.stream
             .memcpy_htod(bytes, &mut dst)
             .map_err(|e| gpu_err("copy to device", e))?;
         self.stream
             .synchronize()
-            .map_err(|e| gpu_err("synchronize", e))?;
-        self.namespaces.insert((h.region.0, h.offset), *namespace);
-        Ok(h)
+            .map_err(|e| gpu_err("synchronize", e))
     }
 
-    fn read(&mut self, handle: &Handle, id: &BlockId) -> Result<Vec<u8>, StoreError> {
-        self.book.check(handle)?;
-        let region = &self.regions[handle.region.0 as usize];
-        let src = region.slice(handle.offset as usize..handle.end() as usize);
-        let mut out = vec![0u8; handle.len.as_usize()];
+    fn copy_out(&mut self, region: u32, offset: u64, out: &mut [u8]) -> Result<(), StoreError> {
+        let start = offset as usize;
+        let src = self.region(region)?.slice(start..start + out.len());
         self.stream
-            .memcpy_dtoh(&src, &mut out)
+            .memcpy_dtoh(&src, out)
             .map_err(|e| gpu_err("copy to host", e))?;
         self.stream
             .synchronize()
-            .map_err(|e| gpu_err("synchronize", e))?;
-        let ns = self.namespaces[&(handle.region.0, handle.offset)];
-        let found = Blake3Ids.id(&ns, &[&out]);
-        if found != *id {
-            return Err(StoreError::Corrupt {
-                id: *id,
-                segment: format!("gpu region {}", handle.region.0).into(),
-                offset: handle.offset,
-                reason: format!("device bytes hash to {found}"),
-            });
-        }
-        Ok(out)
-    }
-
-    fn free(&mut self, handle: &Handle) -> Result<(), StoreError> {
-        self.book.release(handle)?;
-        self.namespaces.remove(&(handle.region.0, handle.offset));
-        Ok(())
+            .map_err(|e| gpu_err("synchronize", e))
     }
 }
 
@@ -169,7 +130,7 @@ mod tests {
     /// Never panics: with no driver the tier reports itself unavailable with the reason.
     #[test]
     fn unavailable_is_an_error_not_a_panic() {
-        match GpuTier::new(0, ByteCount(1 << 20), 1 << 20) {
+        match open(0, ByteCount(1 << 20), 1 << 20) {
             Ok(_) => assert!(matches!(probe(), GpuProbe::Available { .. })),
             Err(StoreError::TierUnavailable { reason, .. }) => {
                 assert!(!reason.is_empty());
@@ -184,7 +145,7 @@ mod tests {
     #[ignore = "needs a CUDA device"]
     fn gpu_round_trips_blocks_and_passes_conformance() {
         crate::tier::conformance::run(&mut || {
-            GpuTier::new(0, ByteCount(4 << 20), 1 << 20).expect("a CUDA device")
+            open(0, ByteCount(4 << 20), 1 << 20).expect("a CUDA device")
         });
     }
 }

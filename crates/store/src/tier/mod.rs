@@ -5,6 +5,7 @@
 //! evict (the store's policy does) and never exceeds its capacity.
 
 pub mod conformance;
+pub mod device;
 pub mod disk;
 #[cfg(feature = "cuda")]
 pub mod gpu;

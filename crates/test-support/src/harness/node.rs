@@ -16,7 +16,7 @@ use kvfabric_store::ModelGeometry;
 
 use super::{Kvfabric, Reply};
 use crate::config::{
-    ArenasSection, Bytes, DiskSection, EventsSection, LimitsSection, ModelsSection,
+    ArenasSection, Bytes, DiskSection, EventsSection, GpuSection, LimitsSection, ModelsSection,
     NamespaceSection, NodeConfigFile, OperatorSection, TenantSection,
 };
 use crate::presets::{payload, tiny, TINY_TOML};
@@ -52,6 +52,8 @@ pub struct Options {
     pub operator: Option<String>,
     /// `[arenas]`, if any.
     pub arenas: Option<ArenasSection>,
+    /// `[tiers.gpu]`, if any (the node needs the `cuda` feature and a device).
+    pub gpu: Option<GpuSection>,
 }
 
 impl Default for Options {
@@ -64,6 +66,7 @@ impl Default for Options {
             tenants: true,
             operator: Some(TOKEN_OPERATOR.into()),
             arenas: None,
+            gpu: None,
         }
     }
 }
@@ -366,6 +369,7 @@ fn config(o: &Options) -> NodeConfigFile {
     let mut c = NodeConfigFile::new(1, "127.0.0.1:0", "data".into(), Bytes::Count(o.host_bytes));
     c.node.log_level = Some("info".into());
     c.tiers.disk = o.disk_bytes.map(DiskSection::of);
+    c.tiers.gpu = o.gpu.clone();
     c.models = Some(ModelsSection {
         dir: "models".into(),
     });
