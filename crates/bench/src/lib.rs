@@ -20,12 +20,17 @@
 //! `kvfabric bench replication` ([`replication`]): a put's copy pushed against pulled.
 //! `kvfabric bench store` ([`store`]) and `kvfabric bench transport` ([`transport`]): the
 //! store and transport crates' benchmarks, the same code as their cargo bench targets.
+//!
+//! `--plot FILE` (every bench but `transport`): a PNG of the figures the run printed
+//! ([`plot`]: grouped bars, a panel per unit, kvfabric against its baseline; `bench node`
+//! draws lines against the client count).
 
 mod drive;
 mod etcd;
 mod failover;
 mod kvf;
 mod node;
+mod plot;
 mod replication;
 mod report;
 mod reuse;
@@ -95,6 +100,8 @@ pub(crate) struct DirectoryArgs {
     /// Skip the etcd side (the ratios are then `n/a`).
     #[arg(long)]
     skip_etcd: bool,
+    #[command(flatten)]
+    plot: plot::PlotArg,
 }
 
 /// Runs `kvfabric bench`.
@@ -162,7 +169,11 @@ fn run_directory(a: DirectoryArgs) -> anyhow::Result<()> {
     }
     let r = result?;
     r.print();
-    Ok(())
+    let title = format!(
+        "kvfabric bench directory: {} records each way, {} clients, {} lookups per consistency",
+        a.records, a.clients, a.lookups
+    );
+    a.plot.write_bars(&title, &r.bars())
 }
 
 fn bench(
