@@ -379,8 +379,9 @@ fn draw_panel<DB: DrawingBackend>(
             .position(|x| *x == b.group)
             .expect("laid out") as f64;
         let slot = panel.series.iter().position(|x| *x == s).expect("laid out") as f64;
-        let width = 0.8 / slots;
-        let x0 = g + 0.1 + slot * width;
+        // Bars at most 0.4 of a group wide, the group's bars centred on its label.
+        let width = 0.8 / slots.max(2.0);
+        let x0 = g + (1.0 - slots * width) / 2.0 + slot * width;
         let x1 = x0 + width * 0.86;
         let color = PALETTE[s];
         chart

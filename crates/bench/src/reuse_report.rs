@@ -165,11 +165,15 @@ pub(crate) fn render(runs: &[PolicyRun]) -> String {
 }
 
 /// The chart of what [`render`] prints: hit ratio, tokens recomputed, MB moved and time to
-/// first block (ms) per policy; kvfabric scoring first (the first colour), then the others in
-/// the order they ran.
+/// first block (ms) per policy; kvfabric scoring first (the first colour), prefix-only scoring
+/// second (the baseline the ratio is over: the baseline's colour), round-robin third.
 pub(crate) fn bars(runs: &[PolicyRun]) -> Vec<Bar> {
     let mut ordered: Vec<&PolicyRun> = runs.iter().collect();
-    ordered.sort_by_key(|r| r.policy != Policy::Kvfabric);
+    ordered.sort_by_key(|r| match r.policy {
+        Policy::Kvfabric => 0,
+        Policy::Prefix => 1,
+        Policy::RoundRobin => 2,
+    });
     let mut bars = Vec::new();
     for r in ordered {
         let (m, series) = (r.summary(), r.policy.as_str());
@@ -242,14 +246,20 @@ mod tests {
     }
 
     #[test]
-    fn the_chart_rows_are_the_table_figures_kvfabric_first() {
+    fn the_chart_rows_are_the_table_figures_kvfabric_then_prefix() {
         let mut prefix = run(Policy::Prefix, &[256, 128]);
         prefix.requests[0].bytes_fetched = 3_000_000;
-        let runs = [prefix, run(Policy::Kvfabric, &[64, 0])];
+        let runs = [
+            run(Policy::RoundRobin, &[256]),
+            prefix,
+            run(Policy::Kvfabric, &[64, 0]),
+        ];
         let bars = bars(&runs);
+        let series: Vec<&str> = bars.iter().step_by(6).map(|b| b.series.as_str()).collect();
         assert_eq!(
-            bars[0].series, "kvfabric",
-            "kvfabric first: the first colour"
+            series,
+            ["kvfabric", "prefix", "round-robin"],
+            "kvfabric first, its baseline second: the first two colours"
         );
         let find = |group: &str, series: &str, unit: &str| value_of(&bars, group, series, unit);
         // prefix: 8 chunks, hits 4 - 4 and 4 - 2: 2 of 8.
@@ -268,6 +278,6 @@ mod tests {
         // ttfb_ms is the recomputed count in these runs: p50 of [256, 128] is 128.
         assert_eq!(find("p50", "prefix", "time to first block (ms)"), 128.0);
         assert_eq!(find("p99", "prefix", "time to first block (ms)"), 256.0);
-        assert_eq!(bars.len(), 2 * 6);
+        assert_eq!(bars.len(), 3 * 6);
     }
 }
