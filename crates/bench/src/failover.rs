@@ -128,6 +128,7 @@ const DEGRADED: &str = "one of three killed";
 /// Runs the benchmark.
 pub(crate) fn run(a: FailoverArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.ops > 0, "--ops: expected at least 1, found 0");
+    a.plot.check()?;
     let (dir, temporary) = demo::prepare_dir(a.dir.as_deref())?;
     let result = bench(&a, &dir);
     let _ = demo::cluster_command(&dir, "down", &[]);

@@ -122,6 +122,7 @@ fn run_directory(a: DirectoryArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.records > 0, "--records: expected at least 1, found 0");
     anyhow::ensure!(a.clients > 0, "--clients: expected at least 1, found 0");
     anyhow::ensure!(a.lookups > 0, "--lookups: expected at least 1, found 0");
+    a.plot.check()?;
     let dir = a.dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("kvfabric-bench-{}", std::process::id()))
     });

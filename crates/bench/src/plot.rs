@@ -61,7 +61,7 @@ pub(crate) fn write_png(
     let root = BitMapBackend::new(path, size).into_drawing_area();
     draw(&root)?;
     root.present()
-        .map_err(|e| anyhow!("writing the plot to {}: {e:?}", path.display()))?;
+        .map_err(|e| anyhow!("writing the plot to {}: {e}", path.display()))?;
     println!("plot written to {}", path.display());
     Ok(())
 }
@@ -75,6 +75,30 @@ pub(crate) struct PlotArg {
 }
 
 impl PlotArg {
+    /// Checks, before a run, that the file can be created where it was asked for: its
+    /// directory exists (so a long run does not end in an error it could have had first).
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        let Some(path) = &self.file else {
+            return Ok(());
+        };
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        ensure!(
+            dir.is_dir(),
+            "--plot {}: expected a file in an existing directory, found no directory {}",
+            path.display(),
+            dir.display()
+        );
+        ensure!(
+            !path.is_dir(),
+            "--plot {}: expected a file name, found a directory",
+            path.display()
+        );
+        Ok(())
+    }
+
     /// Draws `bars` under `title` into the file, if one was given.
     pub(crate) fn write_bars(&self, title: &str, bars: &[Bar]) -> anyhow::Result<()> {
         match &self.file {
@@ -506,6 +530,30 @@ mod tests {
             .map(|i| Bar::new("g", format!("s{i}"), 1.0, "u"))
             .collect();
         assert!(err(&many).contains("expected at most 6 series, found 7"));
+    }
+
+    #[test]
+    fn a_plot_file_needs_an_existing_directory() {
+        let arg = |p: &str| PlotArg {
+            file: Some(PathBuf::from(p)),
+        };
+        assert!(PlotArg { file: None }.check().is_ok());
+        assert!(arg("bench.png").check().is_ok());
+        let tmp = std::env::temp_dir();
+        assert!(arg(&tmp.join("bench.png").to_string_lossy())
+            .check()
+            .is_ok());
+        let missing = arg("/nonexistent-kvfabric-dir/bench.png")
+            .check()
+            .unwrap_err();
+        assert!(
+            missing
+                .to_string()
+                .contains("found no directory /nonexistent-kvfabric-dir"),
+            "{missing}"
+        );
+        let dir = arg(&tmp.to_string_lossy()).check().unwrap_err();
+        assert!(dir.to_string().contains("found a directory"), "{dir}");
     }
 
     #[test]

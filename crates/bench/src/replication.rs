@@ -133,6 +133,7 @@ fn p(v: &[f64], q: f64) -> f64 {
 /// Runs the benchmark.
 pub(crate) fn run(a: ReplicationArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.ops > 0, "--ops: expected at least 1, found 0");
+    a.plot.check()?;
     let dir =
         std::env::temp_dir().join(format!("kvfabric-bench-replication-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;

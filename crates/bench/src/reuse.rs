@@ -78,6 +78,7 @@ pub(crate) fn run(a: ReuseArgs) -> anyhow::Result<()> {
         a.prefill_tokens_per_s.is_finite() && a.prefill_tokens_per_s > 0.0,
         "--prefill-tokens-per-s: expected a positive number"
     );
+    a.plot.check()?;
     let stop = Arc::new(AtomicBool::new(false));
     demo::watch_signals(Arc::clone(&stop))?;
     let (dir, temporary) = demo::prepare_dir(a.dir.as_deref())?;

@@ -23,6 +23,7 @@ pub(crate) struct StoreArgs {
 
 /// Runs `kvfabric bench store`.
 pub(crate) fn run(a: StoreArgs) -> anyhow::Result<()> {
+    a.plot.check()?;
     let defaults = StoreBenchOptions::default();
     let opts = StoreBenchOptions {
         blocks: a.blocks.unwrap_or(defaults.blocks),

@@ -79,6 +79,7 @@ pub(crate) fn run(a: NodeBenchArgs) -> anyhow::Result<()> {
         !a.clients.is_empty(),
         "--clients: expected at least one count"
     );
+    a.plot.check()?;
     let len = g.block_layout().payload_len as usize;
     ensure!(
         len >= 8,
