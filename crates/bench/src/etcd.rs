@@ -14,7 +14,9 @@ use anyhow::{bail, Context};
 use etcd_client::{GetOptions, KvClient, Txn, TxnOp};
 
 use crate::drive::closed_loop;
-use crate::report::{block_of, dir_bytes, key_of, pick, rss_bytes, Latency, Side, BATCH_RECORDS};
+use crate::report::{
+    block_of, dir_bytes, key_of, pick, rss_bytes, Latency, Memory, Side, BATCH_RECORDS,
+};
 use crate::DirectoryArgs;
 
 /// Members started.
@@ -218,15 +220,18 @@ pub(super) fn run(
         local,
         linearizable,
         mem: vec![
-            (
-                "RSS growth of the 3 etcd processes over the one-per-request puts / records / 3"
-                    .into(),
-                per(rss_before, rss_after),
-            ),
-            (
-                "data dir growth (WAL + bbolt) / records / 3".into(),
-                per(disk_before, disk_after),
-            ),
+            Memory {
+                what: "RSS growth",
+                how:
+                    "RSS growth of the 3 etcd processes over the one-per-request puts / records / 3"
+                        .into(),
+                bytes: per(rss_before, rss_after),
+            },
+            Memory {
+                what: "data dir growth",
+                how: "data dir growth (WAL + bbolt) / records / 3".into(),
+                bytes: per(disk_before, disk_after),
+            },
         ],
     })
 }

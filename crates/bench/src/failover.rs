@@ -7,7 +7,8 @@
 //! a block just put, from a node other than the one that put it (a local hit or a fetch from
 //! an owner, as the cluster placed it). The killed node is the Raft leader (the worse case:
 //! an election first). The time from the kill to the first acknowledged put is printed as
-//! well. Every node is stopped at the end, also on failure.
+//! well. Every node is stopped at the end, also on failure. `--plot FILE` draws the printed
+//! figures ([`Report::bars`]).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -16,6 +17,8 @@ use anyhow::{bail, Context};
 use clap::Args;
 use kvfabric_test_support::presets::{builtin, payload};
 use kvfabric_tools::demo;
+
+use crate::plot::{Bar, PlotArg};
 
 /// Arguments of `kvfabric bench failover`.
 #[derive(Debug, Args)]
@@ -32,6 +35,8 @@ pub(crate) struct FailoverArgs {
     /// Keep the working directory.
     #[arg(long)]
     keep: bool,
+    #[command(flatten)]
+    plot: PlotArg,
 }
 
 /// Latencies of one kind of operation, ms.
@@ -54,19 +59,91 @@ struct Phase {
     get: Lat,
 }
 
+/// What the run measured.
+struct Report {
+    /// The node SIGKILLed (the leader).
+    leader: u64,
+    /// From the SIGKILL to the first acknowledged put.
+    first_ms: f64,
+    healthy: Phase,
+    degraded: Phase,
+}
+
+impl Report {
+    /// The phases' figures, p50 and p99 of puts and gets, and the ratios.
+    fn print(&self) {
+        let (healthy, degraded) = (&self.healthy, &self.degraded);
+        println!(
+            "SIGKILL of the leader n{}: first acknowledged put {:.0} ms after",
+            self.leader, self.first_ms
+        );
+        println!(
+            "{:<22} {:>10} {:>10} {:>10} {:>10}",
+            "phase", "put p50", "put p99", "get p50", "get p99"
+        );
+        for (name, p) in [(HEALTHY, healthy), (DEGRADED, degraded)] {
+            println!(
+                "{name:<22} {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>8.1}ms",
+                p.put.q(0.5),
+                p.put.q(0.99),
+                p.get.q(0.5),
+                p.get.q(0.99)
+            );
+        }
+        for (name, h, d) in [
+            ("put_p50", healthy.put.q(0.5), degraded.put.q(0.5)),
+            ("put_p99", healthy.put.q(0.99), degraded.put.q(0.99)),
+            ("get_p50", healthy.get.q(0.5), degraded.get.q(0.5)),
+            ("get_p99", healthy.get.q(0.99), degraded.get.q(0.99)),
+        ] {
+            println!("ratio {name}_one_killed_over_healthy {:.3}", d / h);
+        }
+    }
+
+    /// The chart of what [`Report::print`] prints: p50 and p99 (ms) of puts and gets, one
+    /// of three killed first (the subject), all healthy second (the baseline), and the time
+    /// to the first put after the kill.
+    fn bars(&self) -> Vec<Bar> {
+        let mut bars = Vec::new();
+        for (q, unit) in [(0.5, "p50 (ms)"), (0.99, "p99 (ms)")] {
+            for (series, p) in [(DEGRADED, &self.degraded), (HEALTHY, &self.healthy)] {
+                bars.push(Bar::new("put", series, p.put.q(q), unit));
+                bars.push(Bar::new("get", series, p.get.q(q), unit));
+            }
+        }
+        bars.push(Bar::new(
+            format!("first acknowledged put after n{}'s SIGKILL", self.leader),
+            DEGRADED,
+            self.first_ms,
+            "after the kill (ms)",
+        ));
+        bars
+    }
+}
+
+/// The phases' names.
+const HEALTHY: &str = "all healthy";
+const DEGRADED: &str = "one of three killed";
+
 /// Runs the benchmark.
 pub(crate) fn run(a: FailoverArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.ops > 0, "--ops: expected at least 1, found 0");
+    a.plot.check()?;
     let (dir, temporary) = demo::prepare_dir(a.dir.as_deref())?;
     let result = bench(&a, &dir);
     let _ = demo::cluster_command(&dir, "down", &[]);
     if temporary && !a.keep {
         let _ = std::fs::remove_dir_all(&dir);
     }
-    result
+    let title = format!(
+        "kvfabric bench failover: 3 nodes, r = 2, {} puts and gets per phase, {}",
+        a.ops, a.model
+    );
+    a.plot.write_bars(&title, &result?.bars())
 }
 
-fn bench(a: &FailoverArgs, dir: &std::path::Path) -> anyhow::Result<()> {
+/// Measures both phases and prints the report (while the cluster still runs).
+fn bench(a: &FailoverArgs, dir: &std::path::Path) -> anyhow::Result<Report> {
     let g = builtin(&a.model);
     demo::cluster_command(dir, "up", &["--nodes", "3"])?;
     let apis = demo::node_urls(dir)?;
@@ -150,32 +227,14 @@ fn bench(a: &FailoverArgs, dir: &std::path::Path) -> anyhow::Result<()> {
     };
     let degraded = phase(&rest, 3_000_000)?;
 
-    println!("SIGKILL of the leader n{leader}: first acknowledged put {first_ms:.0} ms after");
-    println!(
-        "{:<22} {:>10} {:>10} {:>10} {:>10}",
-        "phase", "put p50", "put p99", "get p50", "get p99"
-    );
-    for (name, p) in [
-        ("all healthy", &healthy),
-        ("one of three killed", &degraded),
-    ] {
-        println!(
-            "{name:<22} {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>8.1}ms",
-            p.put.q(0.5),
-            p.put.q(0.99),
-            p.get.q(0.5),
-            p.get.q(0.99)
-        );
-    }
-    for (name, h, d) in [
-        ("put_p50", healthy.put.q(0.5), degraded.put.q(0.5)),
-        ("put_p99", healthy.put.q(0.99), degraded.put.q(0.99)),
-        ("get_p50", healthy.get.q(0.5), degraded.get.q(0.5)),
-        ("get_p99", healthy.get.q(0.99), degraded.get.q(0.99)),
-    ] {
-        println!("ratio {name}_one_killed_over_healthy {:.3}", d / h);
-    }
-    Ok(())
+    let report = Report {
+        leader,
+        first_ms,
+        healthy,
+        degraded,
+    };
+    report.print();
+    Ok(report)
 }
 
 /// The leader node `api` names (its id), from `GET /v1/cluster`.
@@ -183,4 +242,42 @@ fn leader_of(agent: &ureq::Agent, api: &str) -> Option<u64> {
     let mut r = agent.get(format!("{api}/v1/cluster")).call().ok()?;
     let v: serde_json::Value = serde_json::from_str(&r.body_mut().read_to_string().ok()?).ok()?;
     v["leader"].as_str()?.strip_prefix('n')?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plot::testing::value_of;
+
+    #[test]
+    fn the_chart_rows_are_the_printed_percentiles() {
+        let lat = |v: &[f64]| Lat(v.to_vec());
+        let ms: Vec<f64> = (1..=100).map(f64::from).collect();
+        let r = Report {
+            leader: 2,
+            first_ms: 1250.0,
+            healthy: Phase {
+                put: lat(&ms),
+                get: lat(&[3.0]),
+            },
+            degraded: Phase {
+                put: lat(&ms.iter().map(|m| m * 2.0).collect::<Vec<_>>()),
+                get: lat(&[5.0, 7.0]),
+            },
+        };
+        let bars = r.bars();
+        let find = |group: &str, series: &str, unit: &str| value_of(&bars, group, series, unit);
+        assert_eq!(find("put", HEALTHY, "p50 (ms)"), 50.0);
+        assert_eq!(find("put", HEALTHY, "p99 (ms)"), 99.0);
+        assert_eq!(find("put", DEGRADED, "p99 (ms)"), 198.0);
+        assert_eq!(find("get", DEGRADED, "p50 (ms)"), 5.0);
+        assert_eq!(find("get", HEALTHY, "p99 (ms)"), 3.0);
+        let after = "first acknowledged put after n2's SIGKILL";
+        assert_eq!(find(after, DEGRADED, "after the kill (ms)"), 1250.0);
+        assert_eq!(bars.len(), 9);
+        assert_eq!(
+            bars[0].series, DEGRADED,
+            "the subject first: the first colour"
+        );
+    }
 }

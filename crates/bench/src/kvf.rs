@@ -14,7 +14,9 @@ use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
 use crate::drive::closed_loop;
-use crate::report::{block_of, dir_bytes, key_of, pick, rss_bytes, Latency, Side, BATCH_RECORDS};
+use crate::report::{
+    block_of, dir_bytes, key_of, pick, rss_bytes, Latency, Memory, Side, BATCH_RECORDS,
+};
 use crate::DirectoryArgs;
 use kvfabric_tools::cluster::{layout, procs};
 use kvfabric_tools::demo;
@@ -231,14 +233,16 @@ fn measure(a: &DirectoryArgs, work: &Path) -> anyhow::Result<Side> {
         local,
         linearizable,
         mem: vec![
-            (
-                "RSS growth of the 3 node processes over the one-per-request registrations / records / 3".into(),
-                per(rss_before, rss_after),
-            ),
-            (
-                "data dir growth (WAL + redb snapshot) / records / 3".into(),
-                per(disk_before, disk_after),
-            ),
+            Memory {
+                what: "RSS growth",
+                how: "RSS growth of the 3 node processes over the one-per-request registrations / records / 3".into(),
+                bytes: per(rss_before, rss_after),
+            },
+            Memory {
+                what: "data dir growth",
+                how: "data dir growth (WAL + redb snapshot) / records / 3".into(),
+                bytes: per(disk_before, disk_after),
+            },
         ],
     })
 }

@@ -20,12 +20,17 @@
 //! `kvfabric bench replication` ([`replication`]): a put's copy pushed against pulled.
 //! `kvfabric bench store` ([`store`]) and `kvfabric bench transport` ([`transport`]): the
 //! store and transport crates' benchmarks, the same code as their cargo bench targets.
+//!
+//! `--plot FILE` (every bench but `transport`): a PNG of the figures the run printed
+//! ([`plot`]: grouped bars, a panel per unit, kvfabric against its baseline; `bench node`
+//! draws lines against the client count).
 
 mod drive;
 mod etcd;
 mod failover;
 mod kvf;
 mod node;
+mod plot;
 mod replication;
 mod report;
 mod reuse;
@@ -95,6 +100,8 @@ pub(crate) struct DirectoryArgs {
     /// Skip the etcd side (the ratios are then `n/a`).
     #[arg(long)]
     skip_etcd: bool,
+    #[command(flatten)]
+    plot: plot::PlotArg,
 }
 
 /// Runs `kvfabric bench`.
@@ -115,6 +122,7 @@ fn run_directory(a: DirectoryArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.records > 0, "--records: expected at least 1, found 0");
     anyhow::ensure!(a.clients > 0, "--clients: expected at least 1, found 0");
     anyhow::ensure!(a.lookups > 0, "--lookups: expected at least 1, found 0");
+    a.plot.check()?;
     let dir = a.dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("kvfabric-bench-{}", std::process::id()))
     });
@@ -162,7 +170,11 @@ fn run_directory(a: DirectoryArgs) -> anyhow::Result<()> {
     }
     let r = result?;
     r.print();
-    Ok(())
+    let title = format!(
+        "kvfabric bench directory: {} records each way, {} clients, {} lookups per consistency",
+        a.records, a.clients, a.lookups
+    );
+    a.plot.write_bars(&title, &r.bars())
 }
 
 fn bench(

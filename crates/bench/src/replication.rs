@@ -14,7 +14,7 @@
 //! directory claim (a Raft commit the node runs beside the copies, the same either way). Push
 //! and pull alternate (push, pull, pull, push, …), each put on a fresh block. Last lines:
 //! `ratio push_copy_over_pull_p50` and `ratio push_put_over_pull_p50` (below 1: push is
-//! faster).
+//! faster). `--plot FILE` draws the printed figures ([`Report::bars`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -33,6 +33,8 @@ use kvfabric_transport::{
     PeerAddr, QuicTransport, SourceLookup, Transport, TransportConfig, TransportFuture,
 };
 
+use crate::plot::{Bar, PlotArg};
+
 /// Arguments of `kvfabric bench replication`.
 #[derive(Debug, Args)]
 pub(crate) struct ReplicationArgs {
@@ -42,6 +44,8 @@ pub(crate) struct ReplicationArgs {
     /// The model whose block size the blocks have.
     #[arg(long, default_value = "minicpm3-4b")]
     model: String,
+    #[command(flatten)]
+    plot: PlotArg,
 }
 
 /// The pull request's channel (this bench's only; the node has none).
@@ -129,6 +133,7 @@ fn p(v: &[f64], q: f64) -> f64 {
 /// Runs the benchmark.
 pub(crate) fn run(a: ReplicationArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.ops > 0, "--ops: expected at least 1, found 0");
+    a.plot.check()?;
     let dir =
         std::env::temp_dir().join(format!("kvfabric-bench-replication-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -138,10 +143,78 @@ pub(crate) fn run(a: ReplicationArgs) -> anyhow::Result<()> {
         .build()?;
     let result = rt.block_on(bench(&a, &dir));
     let _ = std::fs::remove_dir_all(&dir);
-    result
+    let report = result?;
+    report.print();
+    let title = format!(
+        "kvfabric bench replication: {} puts each way, {}, QUIC on loopback",
+        a.ops, a.model
+    );
+    a.plot.write_bars(&title, &report.bars())
 }
 
-async fn bench(a: &ReplicationArgs, dir: &std::path::Path) -> anyhow::Result<()> {
+/// One way's latencies, ms.
+#[derive(Debug, Default)]
+struct Way {
+    /// Seal, local install and the copy.
+    put: Vec<f64>,
+    /// The copy alone.
+    copy: Vec<f64>,
+}
+
+/// What the run measured.
+#[derive(Debug)]
+struct Report {
+    push: Way,
+    pull: Way,
+}
+
+impl Report {
+    /// The ways' p50 and p99 of puts and copies, and the ratios.
+    fn print(&self) {
+        println!(
+            "{:<6} {:>10} {:>10} {:>10} {:>10}",
+            "way", "put p50", "put p99", "copy p50", "copy p99"
+        );
+        for (name, w) in [("push", &self.push), ("pull", &self.pull)] {
+            println!(
+                "{name:<6} {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>8.2}ms",
+                p(&w.put, 0.5),
+                p(&w.put, 0.99),
+                p(&w.copy, 0.5),
+                p(&w.copy, 0.99)
+            );
+        }
+        println!(
+            "ratio push_copy_over_pull_p50 {:.3}",
+            p(&self.push.copy, 0.5) / p(&self.pull.copy, 0.5)
+        );
+        println!(
+            "ratio push_put_over_pull_p50 {:.3}",
+            p(&self.push.put, 0.5) / p(&self.pull.put, 0.5)
+        );
+    }
+
+    /// The chart of what [`Report::print`] prints: p50 and p99 (ms) of puts and copies,
+    /// push (the fabric's way) first, pull (the baseline) second.
+    fn bars(&self) -> Vec<Bar> {
+        let mut bars = Vec::new();
+        for (q, unit) in [(0.5, "p50 (ms)"), (0.99, "p99 (ms)")] {
+            for (series, w) in [("push", &self.push), ("pull", &self.pull)] {
+                bars.push(Bar::new(
+                    "put (seal + install + copy)",
+                    series,
+                    p(&w.put, q),
+                    unit,
+                ));
+                bars.push(Bar::new("copy", series, p(&w.copy, q), unit));
+            }
+        }
+        bars
+    }
+}
+
+/// Both ways, alternating; the report is printed by the caller.
+async fn bench(a: &ReplicationArgs, dir: &std::path::Path) -> anyhow::Result<Report> {
     generate_cluster(dir, 2)?;
     let g = builtin(&a.model);
     let ns = NamespaceKey::derive("bench replication");
@@ -176,8 +249,7 @@ async fn bench(a: &ReplicationArgs, dir: &std::path::Path) -> anyhow::Result<()>
         a.ops,
         body.len()
     );
-    // [way][put, copy]
-    let mut lat = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
+    let (mut push, mut pull_way) = (Way::default(), Way::default());
     let warmup = 5;
     for i in 0..(a.ops + warmup) * 2 {
         // push, pull, pull, push, …: neither way always follows the other.
@@ -208,33 +280,49 @@ async fn bench(a: &ReplicationArgs, dir: &std::path::Path) -> anyhow::Result<()>
             bail!("block {id} is not held by the receiver after its copy");
         }
         if i >= warmup * 2 {
-            let way = usize::from(pull);
-            lat[way][0].push(put_ms);
-            lat[way][1].push(copy_ms);
+            let way = if pull { &mut pull_way } else { &mut push };
+            way.put.push(put_ms);
+            way.copy.push(copy_ms);
         }
     }
     a_side.close().await;
     b_side.close().await;
-    println!(
-        "{:<6} {:>10} {:>10} {:>10} {:>10}",
-        "way", "put p50", "put p99", "copy p50", "copy p99"
-    );
-    for (name, l) in [("push", &lat[0]), ("pull", &lat[1])] {
-        println!(
-            "{name:<6} {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>8.2}ms",
-            p(&l[0], 0.5),
-            p(&l[0], 0.99),
-            p(&l[1], 0.5),
-            p(&l[1], 0.99)
+    Ok(Report {
+        push,
+        pull: pull_way,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plot::testing::value_of;
+
+    #[test]
+    fn the_chart_rows_are_the_printed_percentiles() {
+        let ms: Vec<f64> = (1..=100).map(f64::from).collect();
+        let r = Report {
+            push: Way {
+                put: ms.clone(),
+                copy: vec![2.0, 4.0],
+            },
+            pull: Way {
+                put: ms.iter().map(|m| m + 1.0).collect(),
+                copy: vec![3.0],
+            },
+        };
+        let bars = r.bars();
+        let find = |group: &str, series: &str, unit: &str| value_of(&bars, group, series, unit);
+        let put = "put (seal + install + copy)";
+        assert_eq!(find(put, "push", "p50 (ms)"), 50.0);
+        assert_eq!(find(put, "pull", "p99 (ms)"), 100.0);
+        assert_eq!(find("copy", "push", "p50 (ms)"), 2.0);
+        assert_eq!(find("copy", "push", "p99 (ms)"), 4.0);
+        assert_eq!(find("copy", "pull", "p50 (ms)"), 3.0);
+        assert_eq!(bars.len(), 8);
+        assert_eq!(
+            bars[0].series, "push",
+            "the fabric's way first: the first colour"
         );
     }
-    println!(
-        "ratio push_copy_over_pull_p50 {:.3}",
-        p(&lat[0][1], 0.5) / p(&lat[1][1], 0.5)
-    );
-    println!(
-        "ratio push_put_over_pull_p50 {:.3}",
-        p(&lat[0][0], 0.5) / p(&lat[1][0], 0.5)
-    );
-    Ok(())
 }

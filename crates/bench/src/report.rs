@@ -1,6 +1,9 @@
-//! The figures of one side, latency percentiles, and the table.
+//! The figures of one side of `kvfabric bench directory`, latency percentiles, the table, and
+//! the chart's rows.
 
 use std::time::Duration;
+
+use crate::plot::Bar;
 
 /// p50 and p99 of a set of latencies, in µs.
 #[derive(Debug, Clone, Copy)]
@@ -35,8 +38,18 @@ pub(super) struct Side {
     pub(super) batched_per_s: f64,
     pub(super) local: Latency,
     pub(super) linearizable: Latency,
-    /// Bytes per directory entry per replica, and how it was measured.
-    pub(super) mem: Vec<(String, f64)>,
+    /// Bytes per directory entry per replica, by each measure.
+    pub(super) mem: Vec<Memory>,
+}
+
+/// Bytes per directory entry per replica, by one measure.
+#[derive(Debug, Clone)]
+pub(super) struct Memory {
+    /// The measure, the same on both sides ("RSS growth", "data dir growth").
+    pub(super) what: &'static str,
+    /// How it was measured on this side.
+    pub(super) how: String,
+    pub(super) bytes: f64,
 }
 
 /// Records per batched request on both sides (the directory's default `batch_records_max`).
@@ -82,11 +95,14 @@ impl Report {
             );
         }
         println!("(kvfabric batched: one POST /v1/operator/claims of {BATCH_RECORDS} records; etcd batched: one txn of {BATCH_RECORDS} puts)");
-        for (how, v) in &k.mem {
-            println!("kvfabric memory per entry: {v:.0} bytes ({how})");
+        for m in &k.mem {
+            println!(
+                "kvfabric memory per entry: {:.0} bytes ({})",
+                m.bytes, m.how
+            );
         }
-        for (how, v) in e.map(|e| e.mem.as_slice()).unwrap_or(&[]) {
-            println!("etcd memory per entry: {v:.0} bytes ({how})");
+        for m in e.map(|e| e.mem.as_slice()).unwrap_or(&[]) {
+            println!("etcd memory per entry: {:.0} bytes ({})", m.bytes, m.how);
         }
         let Some(e) = e else {
             println!("targets: not checked (etcd skipped)");
@@ -106,6 +122,48 @@ impl Report {
         );
         println!("ratio registrations_over_etcd_grpc {reg:.2}");
         println!("ratio batched_registrations_over_etcd_txn {batch:.2}");
+    }
+}
+
+impl Report {
+    /// The chart of what [`Report::print`] prints: registrations per second, lookup p50 and
+    /// p99 (ms), bytes per entry; kvfabric's figures first, etcd's second.
+    pub(super) fn bars(&self) -> Vec<Bar> {
+        let sides = [
+            ("kvfabric", Some(&self.kvf)),
+            ("etcd (gRPC)", self.etcd.as_ref()),
+        ];
+        let mut bars = Vec::new();
+        for (series, side) in sides {
+            let Some(s) = side else { continue };
+            let batched = format!("{BATCH_RECORDS} per request (etcd: txn)");
+            let reg = "registrations (records/s)";
+            bars.push(Bar::new(
+                "1 per request (etcd: put)",
+                series,
+                s.reg_per_s,
+                reg,
+            ));
+            bars.push(Bar::new(batched, series, s.batched_per_s, reg));
+            let (local, lin) = (&s.local, &s.linearizable);
+            for (unit, local_us, lin_us) in [
+                ("lookup p50 (ms)", local.p50_us, lin.p50_us),
+                ("lookup p99 (ms)", local.p99_us, lin.p99_us),
+            ] {
+                let local_group = "local (etcd: serializable)";
+                bars.push(Bar::new(local_group, series, local_us / 1e3, unit));
+                bars.push(Bar::new("linearizable", series, lin_us / 1e3, unit));
+            }
+            for m in &s.mem {
+                bars.push(Bar::new(
+                    m.what,
+                    series,
+                    m.bytes,
+                    "bytes per entry per replica",
+                ));
+            }
+        }
+        bars
     }
 }
 
@@ -155,4 +213,68 @@ pub(super) fn pick(seed: u64, n: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     (z ^ (z >> 31)) % n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plot::testing::value_of;
+
+    fn side(reg: f64, p99_us: f64) -> Side {
+        let lat = Latency {
+            p50_us: p99_us / 2.0,
+            p99_us,
+        };
+        Side {
+            reg_per_s: reg,
+            batched_per_s: reg * 10.0,
+            local: lat,
+            linearizable: Latency {
+                p50_us: 3000.0,
+                p99_us: 8000.0,
+            },
+            mem: vec![Memory {
+                what: "RSS growth",
+                how: "RSS".into(),
+                bytes: 1440.0,
+            }],
+        }
+    }
+
+    #[test]
+    fn the_chart_rows_are_the_printed_figures_in_their_units() {
+        let r = Report {
+            kvf: side(1907.0, 18_900.0),
+            etcd: Some(side(2250.0, 193_800.0)),
+        };
+        let bars = r.bars();
+        let find = |group: &str, series: &str, unit: &str| value_of(&bars, group, series, unit);
+        let reg = "registrations (records/s)";
+        assert_eq!(find("1 per request (etcd: put)", "kvfabric", reg), 1907.0);
+        assert_eq!(
+            find("512 per request (etcd: txn)", "etcd (gRPC)", reg),
+            22500.0
+        );
+        let local = "local (etcd: serializable)";
+        assert_eq!(find(local, "kvfabric", "lookup p99 (ms)"), 18.9);
+        assert_eq!(find(local, "etcd (gRPC)", "lookup p99 (ms)"), 193.8);
+        assert_eq!(find(local, "etcd (gRPC)", "lookup p50 (ms)"), 96.9);
+        assert_eq!(find("linearizable", "kvfabric", "lookup p50 (ms)"), 3.0);
+        assert_eq!(
+            find("RSS growth", "etcd (gRPC)", "bytes per entry per replica"),
+            1440.0
+        );
+        assert_eq!(bars.len(), 2 * 7);
+        assert_eq!(
+            bars[0].series, "kvfabric",
+            "kvfabric first: the first colour"
+        );
+        // Without etcd, kvfabric's figures alone.
+        let alone = Report {
+            kvf: side(1.0, 1.0),
+            etcd: None,
+        };
+        assert!(alone.bars().iter().all(|b| b.series == "kvfabric"));
+        assert_eq!(alone.bars().len(), 7);
+    }
 }

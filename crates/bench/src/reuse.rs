@@ -4,7 +4,7 @@
 //! node-local prefix caches (today's stack), (c) kvfabric scoring over engines that read the
 //! fabric by position-independent chunk key. Prints hit ratio, tokens recomputed, bytes moved,
 //! time to first block per policy ([`super::reuse_report`]), and last
-//! `ratio recompute_kvfabric_over_prefix <value>`.
+//! `ratio recompute_kvfabric_over_prefix <value>`; `--plot FILE` draws those figures.
 //!
 //! The engines and the router run as tasks in this process (the same code as the commands);
 //! the nodes are processes started and stopped with `cluster up`/`cluster down`, always, also
@@ -66,6 +66,8 @@ pub(crate) struct ReuseArgs {
     /// Keep the working directory.
     #[arg(long)]
     keep: bool,
+    #[command(flatten)]
+    plot: crate::plot::PlotArg,
 }
 
 /// Runs `kvfabric bench reuse`.
@@ -76,6 +78,7 @@ pub(crate) fn run(a: ReuseArgs) -> anyhow::Result<()> {
         a.prefill_tokens_per_s.is_finite() && a.prefill_tokens_per_s > 0.0,
         "--prefill-tokens-per-s: expected a positive number"
     );
+    a.plot.check()?;
     let stop = Arc::new(AtomicBool::new(false));
     demo::watch_signals(Arc::clone(&stop))?;
     let (dir, temporary) = demo::prepare_dir(a.dir.as_deref())?;
@@ -148,7 +151,11 @@ pub(crate) fn run(a: ReuseArgs) -> anyhow::Result<()> {
     if mismatches > 0 {
         bail!("{mismatches} blocks read differed from the engine's bytes");
     }
-    Ok(())
+    let title = format!(
+        "kvfabric bench reuse: {} agents, {} documents, {}, prefill {} tokens/s",
+        a.agents, a.docs, g.name, a.prefill_tokens_per_s
+    );
+    a.plot.write_bars(&title, &crate::reuse_report::bars(&runs))
 }
 
 /// One policy on a fresh cluster under `dir`; the caller stops the cluster.

@@ -1,10 +1,12 @@
 //! The table `kvfabric bench reuse` prints, one row per routing policy, and its last line,
-//! `ratio recompute_kvfabric_over_prefix <value>`.
+//! `ratio recompute_kvfabric_over_prefix <value>`; the chart's rows ([`bars`]).
 
 use std::fmt::Write;
 
 use kvfabric_tools::demo::report::thousands;
 use kvfabric_tools::router::Policy;
+
+use crate::plot::Bar;
 
 /// One request as the bench saw it.
 #[derive(Debug, Clone, Default)]
@@ -51,6 +53,47 @@ impl PolicyRun {
     fn recomputed(&self) -> u64 {
         self.requests.iter().map(|r| r.recomputed_tokens).sum()
     }
+
+    /// The figures of its row in the table.
+    fn summary(&self) -> Summary {
+        let chunks: u64 = self.requests.iter().map(|q| q.chunks).sum();
+        let hits: u64 = self.requests.iter().map(|q| q.hits).sum();
+        let ttfb: Vec<f64> = self.requests.iter().map(|q| q.ttfb_ms).collect();
+        let mut per_node: Vec<(String, usize)> = Vec::new();
+        for q in &self.requests {
+            match per_node.iter_mut().find(|(n, _)| *n == q.routed_to) {
+                Some((_, c)) => *c += 1,
+                None => per_node.push((q.routed_to.clone(), 1)),
+            }
+        }
+        per_node.sort();
+        Summary {
+            hit_ratio: if chunks == 0 {
+                0.0
+            } else {
+                hits as f64 / chunks as f64
+            },
+            recomputed: self.recomputed(),
+            fetched: self.requests.iter().map(|q| q.bytes_fetched).sum(),
+            ttfb_p50_ms: percentile(&ttfb, 50.0),
+            ttfb_p99_ms: percentile(&ttfb, 99.0),
+            per_node,
+        }
+    }
+}
+
+/// One policy's row of the table.
+struct Summary {
+    /// Chunks read, not computed, over all chunks.
+    hit_ratio: f64,
+    /// Tokens prefilled.
+    recomputed: u64,
+    /// Bytes the engines' nodes fetched from other nodes.
+    fetched: u64,
+    ttfb_p50_ms: f64,
+    ttfb_p99_ms: f64,
+    /// Requests per node the router sent them to, by node name.
+    per_node: Vec<(String, usize)>,
 }
 
 /// `kvfabric`'s tokens recomputed over `prefix`'s, if both ran and prefix recomputed any.
@@ -81,33 +124,18 @@ pub(crate) fn render(runs: &[PolicyRun]) -> String {
         "ttfb p99 (ms)",
     );
     for r in runs {
-        let chunks: u64 = r.requests.iter().map(|q| q.chunks).sum();
-        let hits: u64 = r.requests.iter().map(|q| q.hits).sum();
-        let fetched: u64 = r.requests.iter().map(|q| q.bytes_fetched).sum();
-        let ttfb: Vec<f64> = r.requests.iter().map(|q| q.ttfb_ms).collect();
-        let mut per_node: Vec<(String, usize)> = Vec::new();
-        for q in &r.requests {
-            match per_node.iter_mut().find(|(n, _)| *n == q.routed_to) {
-                Some((_, c)) => *c += 1,
-                None => per_node.push((q.routed_to.clone(), 1)),
-            }
-        }
-        per_node.sort();
+        let m = r.summary();
         let _ = writeln!(
             out,
             "{:<12} {:>9.3} {:>17} {:>18} {:>18} {:>13.1} {:>13.1}  {}",
             r.policy.as_str(),
-            if chunks == 0 {
-                0.0
-            } else {
-                hits as f64 / chunks as f64
-            },
-            thousands(r.recomputed()),
-            thousands(fetched),
+            m.hit_ratio,
+            thousands(m.recomputed),
+            thousands(m.fetched),
             thousands(r.transport_bytes),
-            percentile(&ttfb, 50.0),
-            percentile(&ttfb, 99.0),
-            per_node
+            m.ttfb_p50_ms,
+            m.ttfb_p99_ms,
+            m.per_node
                 .iter()
                 .map(|(n, c)| format!("{n}:{c}"))
                 .collect::<Vec<_>>()
@@ -136,9 +164,41 @@ pub(crate) fn render(runs: &[PolicyRun]) -> String {
     out
 }
 
+/// The chart of what [`render`] prints: hit ratio, tokens recomputed, MB moved and time to
+/// first block (ms) per policy; kvfabric scoring first (the first colour), prefix-only scoring
+/// second (the baseline the ratio is over: the baseline's colour), round-robin third.
+pub(crate) fn bars(runs: &[PolicyRun]) -> Vec<Bar> {
+    let mut ordered: Vec<&PolicyRun> = runs.iter().collect();
+    ordered.sort_by_key(|r| match r.policy {
+        Policy::Kvfabric => 0,
+        Policy::Prefix => 1,
+        Policy::RoundRobin => 2,
+    });
+    let mut bars = Vec::new();
+    for r in ordered {
+        let (m, series) = (r.summary(), r.policy.as_str());
+        let (moved, ttfb) = ("MB moved", "time to first block (ms)");
+        let figures = [
+            ("chunks read, not computed", m.hit_ratio, "hit ratio"),
+            ("prefill", m.recomputed as f64, "tokens recomputed"),
+            ("fetched by engines", m.fetched as f64 / 1e6, moved),
+            ("transport bytes in", r.transport_bytes as f64 / 1e6, moved),
+            ("p50", m.ttfb_p50_ms, ttfb),
+            ("p99", m.ttfb_p99_ms, ttfb),
+        ];
+        bars.extend(
+            figures
+                .into_iter()
+                .map(|(group, value, unit)| Bar::new(group, series, value, unit)),
+        );
+    }
+    bars
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plot::testing::value_of;
 
     fn run(policy: Policy, recomputed: &[u64]) -> PolicyRun {
         PolicyRun {
@@ -183,5 +243,41 @@ mod tests {
             render(&runs[..1]).lines().last(),
             Some("ratio recompute_kvfabric_over_prefix n/a")
         );
+    }
+
+    #[test]
+    fn the_chart_rows_are_the_table_figures_kvfabric_then_prefix() {
+        let mut prefix = run(Policy::Prefix, &[256, 128]);
+        prefix.requests[0].bytes_fetched = 3_000_000;
+        let runs = [
+            run(Policy::RoundRobin, &[256]),
+            prefix,
+            run(Policy::Kvfabric, &[64, 0]),
+        ];
+        let bars = bars(&runs);
+        let series: Vec<&str> = bars.iter().step_by(6).map(|b| b.series.as_str()).collect();
+        assert_eq!(
+            series,
+            ["kvfabric", "prefix", "round-robin"],
+            "kvfabric first, its baseline second: the first two colours"
+        );
+        let find = |group: &str, series: &str, unit: &str| value_of(&bars, group, series, unit);
+        // prefix: 8 chunks, hits 4 - 4 and 4 - 2: 2 of 8.
+        assert_eq!(
+            find("chunks read, not computed", "prefix", "hit ratio"),
+            0.25
+        );
+        assert_eq!(
+            find("chunks read, not computed", "kvfabric", "hit ratio"),
+            0.875
+        );
+        assert_eq!(find("prefill", "prefix", "tokens recomputed"), 384.0);
+        assert_eq!(find("prefill", "kvfabric", "tokens recomputed"), 64.0);
+        assert_eq!(find("fetched by engines", "prefix", "MB moved"), 3.0);
+        assert_eq!(find("transport bytes in", "kvfabric", "MB moved"), 10e-6);
+        // ttfb_ms is the recomputed count in these runs: p50 of [256, 128] is 128.
+        assert_eq!(find("p50", "prefix", "time to first block (ms)"), 128.0);
+        assert_eq!(find("p99", "prefix", "time to first block (ms)"), 256.0);
+        assert_eq!(bars.len(), 3 * 6);
     }
 }

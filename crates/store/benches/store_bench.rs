@@ -5,5 +5,5 @@
 //! measured and which ratio lines are printed.
 
 fn main() -> anyhow::Result<()> {
-    kvfabric_store::bench::run(&kvfabric_store::bench::StoreBenchOptions::default())
+    kvfabric_store::bench::run(&kvfabric_store::bench::StoreBenchOptions::default()).map(|_| ())
 }

@@ -66,9 +66,9 @@ pub(crate) struct NodeBenchArgs {
     /// Keep the working directory.
     #[arg(long)]
     keep: bool,
-    /// Also draw the figures (GB/s against clients, PUT and GET) as a PNG here.
-    #[arg(long)]
-    plot: Option<PathBuf>,
+    /// `--plot FILE`: GB/s against clients, PUT and GET, one line per server.
+    #[command(flatten)]
+    plot: crate::plot::PlotArg,
 }
 
 /// Runs `kvfabric bench node`.
@@ -79,6 +79,7 @@ pub(crate) fn run(a: NodeBenchArgs) -> anyhow::Result<()> {
         !a.clients.is_empty(),
         "--clients: expected at least one count"
     );
+    a.plot.check()?;
     let len = g.block_layout().payload_len as usize;
     ensure!(
         len >= 8,
@@ -113,13 +114,12 @@ pub(crate) fn run(a: NodeBenchArgs) -> anyhow::Result<()> {
         println!("files kept in {}", dir.display());
     }
     let rows = result?;
-    if let Some(path) = &a.plot {
+    if let Some(path) = &a.plot.file {
         let title = format!(
             "kvfabric bench node: {} blocks, {} per client, median of {} rounds, {cores} cores",
             a.model, a.blocks, a.rounds
         );
         plot::write(path, &title, &rows)?;
-        println!("plot written to {}", path.display());
     }
     print!("{}", report::render(&rows));
     Ok(())

@@ -1,44 +1,24 @@
 //! `kvfabric bench node --plot FILE`: a PNG of the run, GB/s against concurrent clients, PUT
-//! and GET side by side, one line per server. Drawn with plotters' bitmap backend; its text
-//! uses a font compiled into the binary (DejaVu Sans Mono, `crates/bench/assets`), so no
-//! system font is needed.
+//! and GET side by side, one line per server; the font, colours and file writing are
+//! [`crate::plot`]'s.
 
 use std::path::Path;
-use std::sync::Once;
 
-use anyhow::anyhow;
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use plotters::style::register_font;
 
 use super::report::{Row, Server};
-
-/// The font's family name in the charts.
-const FAMILY: &str = "sans-serif";
-static FONT: &[u8] = include_bytes!("../../assets/DejaVuSansMono.ttf");
-
-fn register() -> anyhow::Result<()> {
-    static ONCE: Once = Once::new();
-    let mut result = Ok(());
-    ONCE.call_once(|| {
-        result = register_font(FAMILY, FontStyle::Normal, FONT)
-            .map_err(|_| anyhow!("the embedded font does not parse"));
-    });
-    result
-}
+use crate::plot::{drawing, register, write_png, BASELINE, FAMILY, KVFABRIC, PALETTE};
 
 const SERVERS: [(Server, RGBColor); 3] = [
-    (Server::Baseline, RGBColor(120, 120, 120)),
-    (Server::Standalone, RGBColor(31, 119, 180)),
-    (Server::Cluster, RGBColor(214, 39, 40)),
+    (Server::Baseline, BASELINE),
+    (Server::Standalone, KVFABRIC),
+    (Server::Cluster, PALETTE[2]),
 ];
 
 /// Writes the PNG of `rows` to `path` (`title` above both panels).
 pub(crate) fn write(path: &Path, title: &str, rows: &[Row]) -> anyhow::Result<()> {
-    let root = BitMapBackend::new(path, SIZE).into_drawing_area();
-    draw(&root, title, rows)?;
-    root.present()
-        .map_err(|e| anyhow!("writing {}: {e:?}", path.display()))
+    write_png(path, SIZE, |root| draw(root, title, rows))
 }
 
 /// A phase's GB/s of a row.
@@ -53,9 +33,8 @@ fn draw<DB: DrawingBackend>(
     rows: &[Row],
 ) -> anyhow::Result<()> {
     register()?;
-    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("drawing the plot: {e:?}");
-    root.fill(&WHITE).map_err(err)?;
-    let root = root.titled(title, (FAMILY, 20)).map_err(err)?;
+    root.fill(&WHITE).map_err(drawing)?;
+    let root = root.titled(title, (FAMILY, 20)).map_err(drawing)?;
     let panels = root.split_evenly((1, 2));
     let max_clients = rows.iter().map(|r| r.clients).max().unwrap_or(1);
     let phases: [(&str, Pick); 2] = [("PUT", |r| r.put.gbps), ("GET", |r| r.get.gbps)];
@@ -67,7 +46,7 @@ fn draw<DB: DrawingBackend>(
             .x_label_area_size(40)
             .y_label_area_size(55)
             .build_cartesian_2d(0.5f64..max_clients as f64 + 0.5, 0f64..top)
-            .map_err(err)?;
+            .map_err(drawing)?;
         chart
             .configure_mesh()
             .x_desc("concurrent clients")
@@ -77,7 +56,7 @@ fn draw<DB: DrawingBackend>(
             .label_style((FAMILY, 13))
             .axis_desc_style((FAMILY, 14))
             .draw()
-            .map_err(err)?;
+            .map_err(drawing)?;
         for (server, color) in SERVERS {
             let points: Vec<(f64, f64)> = rows
                 .iter()
@@ -90,12 +69,12 @@ fn draw<DB: DrawingBackend>(
             let style = ShapeStyle::from(&color).stroke_width(2);
             chart
                 .draw_series(LineSeries::new(points.clone(), style))
-                .map_err(err)?
+                .map_err(drawing)?
                 .label(server.name())
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
             chart
                 .draw_series(points.iter().map(|p| Circle::new(*p, 4, color.filled())))
-                .map_err(err)?;
+                .map_err(drawing)?;
         }
         chart
             .configure_series_labels()
@@ -104,7 +83,7 @@ fn draw<DB: DrawingBackend>(
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
             .draw()
-            .map_err(err)?;
+            .map_err(drawing)?;
     }
     Ok(())
 }
@@ -112,6 +91,7 @@ fn draw<DB: DrawingBackend>(
 mod tests {
     use super::super::report::Figure;
     use super::*;
+    use crate::plot::testing::{assert_writes_png, count, drawn};
 
     #[test]
     fn a_plot_is_a_png_with_both_panels_drawn() {
@@ -132,23 +112,17 @@ mod tests {
             })
             .collect();
         // Drawn into memory: the series' colours are there, the missing cluster's is not.
-        let mut buf = vec![0u8; (SIZE.0 * SIZE.1 * 3) as usize];
-        {
-            let root = BitMapBackend::with_buffer(&mut buf, SIZE).into_drawing_area();
-            draw(&root, "kvfabric bench node (test)", &rows).unwrap();
-            root.present().unwrap();
-        }
-        let count = |c: RGBColor| buf.chunks(3).filter(|p| *p == [c.0, c.1, c.2]).count();
-        assert!(count(SERVERS[0].1) > 100, "baseline drawn");
-        assert!(count(SERVERS[1].1) > 100, "standalone drawn");
-        assert_eq!(count(SERVERS[2].1), 0, "no cluster rows, no cluster line");
-        assert!(count(BLACK) > 100, "axes and text drawn");
+        let title = "kvfabric bench node (test)";
+        let buf = drawn(SIZE, |root| draw(root, title, &rows));
+        assert!(count(&buf, SERVERS[0].1) > 100, "baseline drawn");
+        assert!(count(&buf, SERVERS[1].1) > 100, "standalone drawn");
+        assert_eq!(
+            count(&buf, SERVERS[2].1),
+            0,
+            "no cluster rows, no cluster line"
+        );
+        assert!(count(&buf, BLACK) > 100, "axes and text drawn");
         // And written as a PNG file.
-        let path =
-            std::env::temp_dir().join(format!("kvfabric-plot-test-{}.png", std::process::id()));
-        write(&path, "kvfabric bench node (test)", &rows).unwrap();
-        let bytes = std::fs::read(&path).unwrap();
-        let _ = std::fs::remove_file(&path);
-        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+        assert_writes_png(|path| write(path, title, &rows));
     }
 }

@@ -12,6 +12,8 @@
 //!
 //! Rounds alternate baseline and subject; each figure is the median round. Results go to
 //! standard output, a bar of the rounds to standard error on a terminal (`kvfabric-progress`); a failing store call is an error, not a panic.
+//! [`run`] also returns the printed figures ([`StoreBenchFigures`]), for a caller that draws
+//! them.
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -47,6 +49,21 @@ impl Default for StoreBenchOptions {
     }
 }
 
+/// The figures [`run`] printed, each the median round, in GB/s of payload bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StoreBenchFigures {
+    /// Sealing in place (the payload received into the arena).
+    pub seal_in_place_gbps: f64,
+    /// Sealing from a caller's buffer (copied in while hashing).
+    pub seal_from_buffer_gbps: f64,
+    /// Plain `blake3::hash` of the same bytes: the seals' baseline.
+    pub blake3_gbps: f64,
+    /// The disk tier writing then reading back (verified).
+    pub disk_gbps: f64,
+    /// Plain file `write_all` then `read_exact_at`: the disk tier's baseline.
+    pub file_gbps: f64,
+}
+
 /// `blocks` deterministic pseudo-random payloads of `len` bytes.
 fn blocks(count: usize, len: usize) -> Vec<Vec<u8>> {
     (0..count as u64)
@@ -75,8 +92,8 @@ fn gbps(bytes: usize, d: Duration) -> f64 {
     bytes as f64 / d.as_secs_f64() / 1e9
 }
 
-/// Runs both benchmarks and prints their figures and ratio lines.
-pub fn run(opts: &StoreBenchOptions) -> anyhow::Result<()> {
+/// Runs both benchmarks, prints their figures and ratio lines, and returns the figures.
+pub fn run(opts: &StoreBenchOptions) -> anyhow::Result<StoreBenchFigures> {
     anyhow::ensure!(opts.blocks > 0, "--blocks: expected at least 1, found 0");
     anyhow::ensure!(opts.rounds > 0, "--rounds: expected at least 1, found 0");
     let (count, rounds) = (opts.blocks, opts.rounds);
@@ -213,5 +230,11 @@ pub fn run(opts: &StoreBenchOptions) -> anyhow::Result<()> {
     println!("file             {file:>7.3} GB/s (baseline: write_all then read_exact_at)");
     println!("ratio seal_over_blake3 {:.3}", in_place / hash);
     println!("ratio disk_over_file {:.3}", disk / file);
-    Ok(())
+    Ok(StoreBenchFigures {
+        seal_in_place_gbps: in_place,
+        seal_from_buffer_gbps: copy,
+        blake3_gbps: hash,
+        disk_gbps: disk,
+        file_gbps: file,
+    })
 }
