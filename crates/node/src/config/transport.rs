@@ -191,4 +191,11 @@ mod tests {
         }
         assert!(transport("[transport]\nspeed = 1").is_err());
     }
+
+    #[test]
+    fn the_path_rule_is_on_unless_turned_off() {
+        assert!(transport("").unwrap().config.quic.adapt_to_path);
+        let t = transport("[transport.quic]\nadapt_to_path = false").unwrap();
+        assert!(!t.config.quic.adapt_to_path);
+    }
 }
