@@ -1,10 +1,12 @@
 //! `kvfabric bench transport`: the transport crate's benchmark (`kvfabric_transport::bench`,
 //! the same code as `cargo bench -p kvfabric-transport --bench bench_transport`): 4.5 MB
 //! blocks between this process and a server process (this binary again, `bench transport
-//! --serve DIR`) on loopback, QUIC (and UCX when built with the `ucx` feature: stream mode,
-//! and get mode over TCP and over shared memory) against a plain TCP copy; with UCX the lines
-//! `ratio ucx_over_tcp`, `ratio ucx_get_tcp_over_tcp` and `ratio ucx_get_over_tcp` come before
-//! the last line, always `ratio quic_over_tcp <value>`.
+//! --serve DIR`) on loopback and, as root, across a veth pair between two network namespaces
+//! (MTU 1500 and 9000; the client side is this binary again, `--veth-client`), QUIC (and UCX
+//! on loopback when built with the `ucx` feature) against a plain TCP copy and against TCP +
+//! rustls + blake3. It says `veth rows: skipped (REASON)` when it cannot make namespaces. The
+//! closing ratio lines and their order are in `kvfabric_transport::bench`'s docs; the last is
+//! always `ratio quic_over_tcp <value>` (loopback).
 
 use clap::Args;
 
@@ -15,7 +17,8 @@ pub(crate) struct TransportArgs {
     /// Options: --blocks N (16), --rounds R (20), --inflight K (1), --get-inflight K (2, UCX
     /// get mode), --workers N (1),
     /// --server-workers N (1), --mtu B, --max-udp B, --stream-window B, --conn-window B,
-    /// --send-window B, --socket-buffer B, --no-mtud, --gso, --fair, --skip-stock; with the
+    /// --send-window B, --socket-buffer B, --no-mtud, --gso, --fair, --no-adapt (configured
+    /// QUIC settings on every path), --skip-stock, --no-veth, --veth-only; with the
     /// `ucx` feature --ucx-tls TLS, --ucx-shm-tls TLS (get mode over shared memory: sm,tcp),
     /// --ucx-chunk B, --ucx-posted N, --ucx-set NAME=VALUE.
     #[arg(
@@ -28,5 +31,5 @@ pub(crate) struct TransportArgs {
 
 /// Runs `kvfabric bench transport` (or, with `--serve DIR`, its server process).
 pub(crate) fn run(a: TransportArgs) -> anyhow::Result<()> {
-    kvfabric_transport::bench::run(&a.options, &["bench", "transport"])
+    kvfabric_transport::bench::run(&a.options, &["bench", "transport"]).map(drop)
 }

@@ -1,6 +1,8 @@
 //! `kvfabric bench store` and `kvfabric bench transport` with tiny sizes: each prints its
 //! table and, last, a `ratio <name> <float>` line; bad options are typed errors, not panics;
-//! the transport bench's server process (this binary again) is gone when it returns.
+//! the transport bench's server and veth client processes (this binary again) are gone when
+//! it returns. As root (CI) the transport bench also measures across a veth pair (MTU 1500
+//! and 9000), whose ratio lines must then be numeric; otherwise they read `n/a`.
 
 mod procs;
 
@@ -95,58 +97,91 @@ fn bench_transport_prints_the_table_and_the_quic_ratio_last() {
         "--blocks",
         "2",
         "--rounds",
-        "1",
+        "2",
         "--skip-stock",
     ]);
     let lines: Vec<&str> = stdout.lines().collect();
     assert!(
-        lines[0].starts_with("kvfabric transport bench: 2 blocks x 4497472 B, 2 fetches x 3"),
+        lines[0].starts_with("kvfabric transport bench: 2 blocks x 4497472 B, 4 fetches x 3"),
         "{stdout}"
     );
-    assert!(
-        lines
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let paths: &[&str] = if root {
+        &["loopback", "veth mtu 1500", "veth mtu 9000"]
+    } else {
+        &["loopback"]
+    };
+    for path in paths {
+        let header = lines
             .iter()
-            .any(|l| l.starts_with("phase") && l.contains("GB/s")),
-        "{stdout}"
-    );
-    for row in [
-        "(b) tcp copy, tokio, no TLS (baseline)",
-        "(a) quic fetch, verified",
-        "(c) quic fetch, unverified",
-    ] {
-        let line = lines
-            .iter()
-            .find(|l| l.starts_with(row))
-            .unwrap_or_else(|| panic!("no {row:?} row in\n{stdout}"));
-        let gbps: f64 = line[row.len()..]
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no GB/s figure in {line:?}"));
-        assert!(gbps > 0.0, "{line}");
+            .position(|l| l.starts_with(&format!("phase ({path})")) && l.contains("GB/s"))
+            .unwrap_or_else(|| panic!("no {path} table in\n{stdout}"));
+        for row in [
+            "(b) tcp copy, tokio, no TLS (baseline)",
+            "(t) tcp + rustls mTLS + blake3, verified",
+            "(a) quic fetch, verified",
+            "(c) quic fetch, unverified",
+        ] {
+            let line = lines[header..]
+                .iter()
+                .find(|l| l.starts_with(row))
+                .unwrap_or_else(|| panic!("no {row:?} row on {path} in\n{stdout}"));
+            let gbps: f64 = line[row.len()..]
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no GB/s figure in {line:?}"));
+            assert!(gbps > 0.0, "{line}");
+        }
     }
     assert!(
         !stdout.contains("(s) quic stock settings"),
         "--skip-stock: {stdout}"
     );
-    let last = lines[lines.len() - 1];
+    // The closing lines, in their documented order.
+    let closing: Vec<&str> = lines
+        .iter()
+        .copied()
+        .skip_while(|l| !l.starts_with("ratio ") && !l.starts_with("veth rows: "))
+        .collect();
+    let mut names = vec![];
+    if root {
+        assert!(!stdout.contains("veth rows: skipped"), "{stdout}");
+    } else {
+        assert!(closing[0].starts_with("veth rows: skipped ("), "{stdout}");
+    }
     if cfg!(feature = "ucx") {
-        // The UCX ratios come first; the issue asks for QUIC's on the last line.
-        let n = lines.len();
-        ratio(lines[n - 4], "ucx_over_tcp");
-        ratio(lines[n - 3], "ucx_get_tcp_over_tcp");
-        ratio(lines[n - 2], "ucx_get_over_tcp");
-        ratio(last, "quic_over_tcp");
+        names.extend(["ucx_over_tcp", "ucx_get_tcp_over_tcp", "ucx_get_over_tcp"]);
     } else {
         assert!(
             stdout.contains("(d) ucx")
                 && stdout.contains("not built (build with the `ucx` feature)"),
             "{stdout}"
         );
-        ratio(last, "quic_over_tcp");
     }
+    names.extend([
+        "quic_over_tls_tcp",
+        "quic_veth9000_over_tcp",
+        "quic_veth9000_over_tls_tcp",
+        "quic_veth_over_tcp",
+        "quic_veth_over_tls_tcp",
+        "quic_over_tcp",
+    ]);
+    let ratios = &closing[closing.len() - names.len()..];
+    for (line, name) in ratios.iter().zip(&names) {
+        if !root && name.contains("veth") {
+            assert_eq!(*line, format!("ratio {name} n/a"), "{stdout}");
+        } else {
+            ratio(line, name);
+        }
+    }
+    // The issue asks for QUIC's loopback ratio on the last line.
+    ratio(lines[lines.len() - 1], "quic_over_tcp");
     let left = procs::live_processes_matching(b"bench\0transport\0--serve\0");
     assert!(left.is_empty(), "server processes left: {left:?}");
+    let left = procs::live_processes_matching(b"bench\0transport\0--veth-client\0");
+    assert!(left.is_empty(), "veth client processes left: {left:?}");
 }
 
 #[test]

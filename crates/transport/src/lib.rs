@@ -116,7 +116,10 @@
 //!    (`black_holes_detected: 1`, `current_mtu: 1200` in its path statistics).
 //!    [`TransportConfig::validate`] refuses GSO with `max_udp_payload_bytes` above
 //!    [`config::GSO_PAYLOAD_BYTES_MAX`]; on a 1,500-byte-MTU network, GSO with 1,472-byte
-//!    datagrams is the right choice.
+//!    datagrams is the right choice. Which settings a connection gets follows its path
+//!    ([`quic::path`], on both sides, the node's as the bench's): the configured 64 KiB
+//!    datagrams without GSO to a loopback peer, MTU discovery up to 6,550 bytes with GSO to
+//!    any other address (the README's transport bench row has the veth figures).
 //! 3. **Fewer threads, fewer blocks in flight per connection.** On two cores, one block in
 //!    flight per connection and one runtime thread per process gave the lowest CPU per GB
 //!    (0.88); two to four in flight or two threads per process cost 1.1–1.3 s/GB from

@@ -238,6 +238,7 @@ pub(crate) struct RawQuic {
     pub(crate) send_window_bytes: Option<ByteSize>,
     pub(crate) send_fairness: Option<bool>,
     pub(crate) socket_buffer_bytes: Option<ByteSize>,
+    pub(crate) adapt_to_path: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -20,12 +20,16 @@
 //! initial_mtu_bytes = 1200
 //! max_udp_payload_bytes = 65527     # 1452 on plain Ethernet, ~8952 with jumbo frames
 //! mtu_discovery = true
-//! segmentation_offload = false      # only with max_udp_payload_bytes <= 6553
+//! segmentation_offload = false      # only with max_udp_payload_bytes <= 6550
 //! stream_receive_window_bytes = "8 MiB"
 //! connection_receive_window_bytes = "32 MiB"
 //! send_window_bytes = "32 MiB"
 //! send_fairness = false
 //! socket_buffer_bytes = "4 MiB"
+//! adapt_to_path = true              # the settings above on loopback; to any other address
+//!                                   # datagrams <= 6550 B found by MTU discovery, with GSO
+//!                                   # (kvfabric_transport::quic::path); false: the settings
+//!                                   # above on every path
 //! [transport.ucx]                   # UCX (kind = "ucx"; kvfabric_transport::UcxTuning)
 //! tls = "tcp"                       # "rc" on InfiniBand / RoCE
 //! mode = "stream"                   # stream | get (one-sided reads)
@@ -95,7 +99,8 @@ pub(super) fn check(c: &Check<'_>, raw: &RawTransport) -> Result<TransportSettin
         max_udp_payload_bytes,
         mtu_discovery,
         segmentation_offload,
-        send_fairness
+        send_fairness,
+        adapt_to_path
     );
     for (v, to) in [
         (
@@ -185,5 +190,12 @@ mod tests {
             assert_eq!(e.key, key, "{e}");
         }
         assert!(transport("[transport]\nspeed = 1").is_err());
+    }
+
+    #[test]
+    fn the_path_rule_is_on_unless_turned_off() {
+        assert!(transport("").unwrap().config.quic.adapt_to_path);
+        let t = transport("[transport.quic]\nadapt_to_path = false").unwrap();
+        assert!(!t.config.quic.adapt_to_path);
     }
 }

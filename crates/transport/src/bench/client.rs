@@ -1,6 +1,7 @@
-//! The bench's client process: connects to the server, runs the phases alternately over the
-//! repetitions, prints the table and the ratio lines.
+//! The bench's client: connects to the server, runs the phases alternately over the
+//! repetitions and returns what each measured (the caller prints the table).
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use tokio::io::AsyncWriteExt;
@@ -9,56 +10,71 @@ use super::opts::Opts;
 use super::phases::{
     measure, tcp_phase, transport_phase, verified_then_unverified, Tally, Verifying,
 };
-use super::{ns, PAYLOAD_BYTES, REPETITIONS};
+use super::report::{Row, LOOPBACK};
+use super::tls_tcp::TlsTcpClient;
+use super::{ns, ServerAddrs, PAYLOAD_BYTES, REPETITIONS};
+use crate::quic::path::PathKind;
 use crate::{BlockReceiver, MemorySource, NodeIdentity, PeerAddr, QuicTransport, Transport};
 use kvfabric_progress::{Progress, Unit};
 use kvfabric_store::BlockId;
 
-/// The client's side of one run: warm-up, the measured repetitions, the report.
+/// The client's side of one run on `path` (the server at `addrs`, this side's sockets bound to
+/// `local`): warm-up, the measured repetitions, a row per phase. UCX phases run on loopback
+/// only (where built).
 pub(crate) async fn bench(
     opts: &Opts,
     dir: &std::path::Path,
     server_pid: u32,
     ids: &[BlockId],
-    addrs: [&String; 5],
-) -> anyhow::Result<()> {
+    addrs: &ServerAddrs,
+    local: IpAddr,
+    path: &str,
+) -> anyhow::Result<Vec<Row>> {
     let identity = NodeIdentity::load_from_dir(dir, "node2")?;
-    let lo = "127.0.0.1:0".parse()?;
+    let lo = SocketAddr::new(local, 0);
     let empty = Arc::new(MemorySource::new());
     let tuned = QuicTransport::bind(opts.tuned(), &identity, lo, empty.clone()).await?;
     let stock = QuicTransport::bind(opts.stock(), &identity, lo, empty).await?;
-    let tuned_peer = PeerAddr::new("node1", addrs[0].parse()?);
-    let stock_peer = PeerAddr::new("node1", addrs[1].parse()?);
+    let tuned_peer = PeerAddr::new("node1", addrs.quic_tuned.parse()?);
+    let stock_peer = PeerAddr::new("node1", addrs.quic_stock.parse()?);
     #[cfg(feature = "ucx")]
-    let mut ucx = super::ucx::UcxPhases::bind(opts, addrs[3], addrs[4]).await?;
-    let mut tcp = tokio::net::TcpStream::connect(addrs[2].as_str()).await?;
+    let mut ucx = match path == LOOPBACK {
+        true => Some(super::ucx::UcxPhases::bind(opts, &addrs.ucx, &addrs.ucx_shm).await?),
+        false => None,
+    };
+    let mut tcp = tokio::net::TcpStream::connect(addrs.tcp.as_str()).await?;
     tcp.set_nodelay(true)?;
+    let mut tls = TlsTcpClient::connect(addrs.tls_tcp.parse()?, &identity, opts.inflight)?;
     let count = opts.blocks * opts.rounds;
     let block_bytes = PAYLOAD_BYTES + kvfabric_store::HEADER_LEN;
     println!(
-        "kvfabric transport bench: {} blocks x {block_bytes} B, {count} fetches x {REPETITIONS} per phase ({:.2} GB), fetches_in_flight_max {} (UCX get mode: {})",
+        "kvfabric transport bench: {} blocks x {block_bytes} B, {count} fetches x {REPETITIONS} per phase ({:.2} GB), fetches_in_flight_max {} (UCX get mode: {}), path {path}",
         opts.blocks,
         (count * REPETITIONS * block_bytes) as f64 / 1e9,
         opts.inflight,
         opts.get_inflight
     );
-    println!("tuned: {:?}", opts.tuning);
+    let kind = PathKind::of(tuned_peer.addr);
+    println!("tuned ({kind:?} path): {:?}", opts.tuning.for_path(kind));
     #[cfg(feature = "ucx")]
-    println!(
-        "ucx: libucx {:?}, {:?}, get over shared memory: tls {:?}",
-        crate::ucx::ucx_version(),
-        opts.ucx,
-        opts.ucx_shm_tls
-    );
+    if ucx.is_some() {
+        println!(
+            "ucx: libucx {:?}, {:?}, get over shared memory: tls {:?}",
+            crate::ucx::ucx_version(),
+            opts.ucx,
+            opts.ucx_shm_tls
+        );
+    }
 
     let bar = Progress::new(
-        "bench transport",
+        &format!("bench transport ({path})"),
         REPETITIONS as u64,
         Unit::Items("repetitions"),
     );
     bar.message("warm-up");
     // Warm-up: connections, MTU discovery, allocator.
     tcp_phase(&mut tcp, opts.blocks).await?;
+    tls.phase(ids, opts.blocks).await?;
     transport_phase(&tuned, &tuned_peer, ids, opts.blocks, opts.inflight, |id| {
         Verifying(BlockReceiver::new(ns(), id))
     })
@@ -70,17 +86,16 @@ pub(crate) async fn bench(
         .await?;
     }
     #[cfg(feature = "ucx")]
-    ucx.warm_up(ids, opts.blocks).await?;
+    if let Some(ucx) = &ucx {
+        ucx.warm_up(ids, opts.blocks).await?;
+    }
 
-    let (mut b, mut a, mut c, mut s) = (
-        Tally::default(),
-        Tally::default(),
-        Tally::default(),
-        Tally::default(),
-    );
+    let (mut b, mut t, mut a, mut c, mut s) = Default::default();
     for _ in 0..REPETITIONS {
         bar.message("(b) tcp");
         measure(server_pid, &mut b, tcp_phase(&mut tcp, count)).await?;
+        bar.message("(t) tls-tcp verified");
+        measure(server_pid, &mut t, tls.phase(ids, count)).await?;
         bar.message("(a) quic verified, (c) unverified");
         verified_then_unverified(
             server_pid,
@@ -94,7 +109,7 @@ pub(crate) async fn bench(
         )
         .await?;
         #[cfg(feature = "ucx")]
-        {
+        if let Some(ucx) = &mut ucx {
             bar.message("ucx phases");
             ucx.repetition(server_pid, ids, count).await?;
         }
@@ -115,35 +130,45 @@ pub(crate) async fn bench(
     }
     bar.finish();
     tcp.write_u32_le(0).await?;
+    tls.close();
     let counters = tuned.counters();
     anyhow::ensure!(
         counters.verify_failures == 0 && counters.fetches_failed == 0,
         "fetch errors: {counters:?}"
     );
-
-    println!(
-        "{:<40} {:>6} {:>7} {:>22}",
-        "phase", "GB/s", "x (b)", "CPU s/GB client+server"
-    );
-    let row = |name: &str, t: &Tally| {
-        let (cc, cs) = t.cpu_per_gb();
-        println!(
-            "{name:<40} {:>6.2} {:>7.2} {:>10.2} = {cc:.2} + {cs:.2}",
-            t.gbps(),
-            t.gbps() / b.gbps(),
-            cc + cs
-        );
-    };
-    row("(b) tcp copy, tokio, no TLS (baseline)", &b);
-    row("(a) quic fetch, verified", &a);
-    row("(c) quic fetch, unverified", &c);
+    let tally: [(&str, &str, &Tally); 4] = [
+        ("b", "(b) tcp copy, tokio, no TLS (baseline)", &b),
+        ("t", "(t) tcp + rustls mTLS + blake3, verified", &t),
+        ("a", "(a) quic fetch, verified", &a),
+        ("c", "(c) quic fetch, unverified", &c),
+    ];
+    let mut rows: Vec<Row> = tally
+        .iter()
+        .map(|(code, label, t)| Row::of(path, code, label, t))
+        .collect();
     if !opts.skip_stock {
-        row("(s) quic stock settings, verified", &s);
+        rows.push(Row::of(path, "s", "(s) quic stock settings, verified", &s));
     }
     #[cfg(feature = "ucx")]
-    ucx.report(row)?;
+    if let Some(ucx) = ucx {
+        for (code, label, t) in ucx.report()? {
+            rows.push(Row::of(path, code, label, &t));
+        }
+        ucx.close().await;
+    }
     #[cfg(not(feature = "ucx"))]
-    println!("{:<40} not built (build with the `ucx` feature)", "(d) ucx");
+    if path == LOOPBACK {
+        println!("{:<40} not built (build with the `ucx` feature)", "(d) ucx");
+    }
+    if let Some(stats) = tuned.connection_stats(&tuned_peer) {
+        println!(
+            "quic path ({path}): mtu {} B, rtt {:?}, lost {} packets, congestion events {}",
+            stats.path.current_mtu,
+            stats.path.rtt,
+            stats.path.lost_packets,
+            stats.path.congestion_events
+        );
+    }
     if std::env::var_os("BENCH_STATS").is_some() {
         for (name, client, peer) in [
             ("tuned", &tuned, &tuned_peer),
@@ -167,9 +192,5 @@ pub(crate) async fn bench(
     }
     tuned.close().await;
     stock.close().await;
-    #[cfg(feature = "ucx")]
-    ucx.close(&b).await;
-    // Last, always: what scripts read.
-    println!("ratio quic_over_tcp {:.3}", a.gbps() / b.gbps());
-    Ok(())
+    Ok(rows)
 }

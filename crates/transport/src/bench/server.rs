@@ -1,10 +1,11 @@
-//! The bench's second process: serves the blocks over QUIC (tuned and stock), plain TCP, and
-//! UCX where built (`ucx` feature).
+//! The bench's second process: serves the blocks over QUIC (tuned and stock), plain TCP,
+//! TLS over TCP (the (t) baseline), and UCX where built (`ucx` feature) and on loopback, all
+//! on `--bind IP` (127.0.0.1 unless told; the veth rows bind the server's veth address).
 //!
-//! Prints `id HEX` per block, then `ready QUIC_TUNED QUIC_STOCK TCP UCX UCX_SHM` (the UCX
-//! transport over `--ucx-tls`, and one over `--ucx-shm-tls` that stages the blocks it leases
-//! in UCX shared memory; `-` when not built), then serves until its standard input closes (the parent exiting or dropping the
-//! pipe ends it).
+//! Prints `id HEX` per block, then `ready QUIC_TUNED QUIC_STOCK TCP TLS_TCP UCX UCX_SHM` (the
+//! UCX transport over `--ucx-tls`, and one over `--ucx-shm-tls` that stages the blocks it
+//! leases in UCX shared memory; `-` when not built or not on loopback), then serves until its
+//! standard input closes (the parent exiting or dropping the pipe ends it).
 
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -58,33 +59,44 @@ pub(crate) fn run(dir: &Path, opts: &Opts) -> anyhow::Result<()> {
             source.insert(b.clone());
         }
         let identity = NodeIdentity::load_from_dir(dir, "node1")?;
-        let lo = "127.0.0.1:0".parse()?;
+        let ip = opts.bind.unwrap_or(std::net::Ipv4Addr::LOCALHOST.into());
+        let lo = std::net::SocketAddr::new(ip, 0);
         let tuned = QuicTransport::bind(opts.tuned(), &identity, lo, source.clone()).await?;
         let stock = QuicTransport::bind(opts.stock(), &identity, lo, source.clone()).await?;
         #[cfg(feature = "ucx")]
-        let ucx = crate::UcxTransport::bind(opts.tuned(), "node1", lo, source.clone()).await?;
+        let ucx = match ip.is_loopback() {
+            true => Some((
+                crate::UcxTransport::bind(opts.tuned(), "node1", lo, source.clone()).await?,
+                crate::UcxTransport::bind(
+                    opts.ucx_get(&opts.ucx_shm_tls, true),
+                    "node1",
+                    lo,
+                    source.clone(),
+                )
+                .await?,
+            )),
+            false => None,
+        };
         #[cfg(feature = "ucx")]
-        let ucx_shm = crate::UcxTransport::bind(
-            opts.ucx_get(&opts.ucx_shm_tls, true),
-            "node1",
-            lo,
-            source.clone(),
-        )
-        .await?;
-        #[cfg(feature = "ucx")]
-        let ucx_addr = format!("{} {}", ucx.local_addr(), ucx_shm.local_addr());
+        let ucx_addr = match &ucx {
+            Some((u, shm)) => format!("{} {}", u.local_addr(), shm.local_addr()),
+            None => "- -".to_string(),
+        };
         #[cfg(not(feature = "ucx"))]
         let ucx_addr = "- -".to_string();
-        let tcp = TcpListener::bind("127.0.0.1:0").await?;
+        let tcp = TcpListener::bind(lo).await?;
+        let tls_tcp = std::net::TcpListener::bind(lo)?;
+        let tls_addr = tls_tcp.local_addr()?;
         let raw: Arc<Vec<Bytes>> = Arc::new(
             blocks
                 .into_iter()
                 .map(|b| Bytes::from(b.into_bytes()))
                 .collect(),
         );
+        super::tls_tcp::serve(tls_tcp, &identity, raw.clone())?;
         writeln!(
             out,
-            "ready {} {} {} {ucx_addr}",
+            "ready {} {} {} {tls_addr} {ucx_addr}",
             tuned.local_addr(),
             stock.local_addr(),
             tcp.local_addr()?
@@ -104,7 +116,7 @@ pub(crate) fn run(dir: &Path, opts: &Opts) -> anyhow::Result<()> {
         .await?;
         drop((tuned, stock));
         #[cfg(feature = "ucx")]
-        drop((ucx, ucx_shm));
+        drop(ucx);
         Ok(())
     })
 }

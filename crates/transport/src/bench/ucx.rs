@@ -113,8 +113,8 @@ impl UcxPhases {
         .await
     }
 
-    /// Fails if any UCX fetch failed; prints the UCX rows with `row`.
-    pub(crate) fn report(&self, row: impl Fn(&str, &Tally)) -> anyhow::Result<()> {
+    /// Fails if any UCX fetch failed; the UCX phases' codes, labels and tallies.
+    pub(crate) fn report(&self) -> anyhow::Result<[(&'static str, &'static str, Tally); 5]> {
         for (client, _, _) in self.each() {
             let c = client.counters();
             anyhow::ensure!(
@@ -122,24 +122,19 @@ impl UcxPhases {
                 "UCX fetch errors: {c:?}"
             );
         }
-        row("(d) ucx stream, verified", &self.d);
-        row("(du) ucx stream, unverified", &self.du);
-        row("(gt) ucx get over tcp, verified", &self.gt);
-        row("(g) ucx get, shared memory, verified", &self.g);
-        row("(gu) ucx get, shared memory, unverified", &self.gu);
-        Ok(())
+        Ok([
+            ("d", "(d) ucx stream, verified", self.d),
+            ("du", "(du) ucx stream, unverified", self.du),
+            ("gt", "(gt) ucx get over tcp, verified", self.gt),
+            ("g", "(g) ucx get, shared memory, verified", self.g),
+            ("gu", "(gu) ucx get, shared memory, unverified", self.gu),
+        ])
     }
 
-    /// Closes the transports; prints the UCX ratio lines against the baseline `b`.
-    pub(crate) async fn close(self, b: &Tally) {
+    /// Closes the transports.
+    pub(crate) async fn close(self) {
         for (client, _, _) in self.each() {
             client.close().await;
         }
-        println!("ratio ucx_over_tcp {:.3}", self.d.gbps() / b.gbps());
-        println!(
-            "ratio ucx_get_tcp_over_tcp {:.3}",
-            self.gt.gbps() / b.gbps()
-        );
-        println!("ratio ucx_get_over_tcp {:.3}", self.g.gbps() / b.gbps());
     }
 }

@@ -18,6 +18,7 @@ use crate::error::TransportError;
 use crate::frame::{decode_response, FrameError, FrameHeader, FrameKind, FRAME_HEADER_LEN};
 use crate::peer::PeerAddr;
 use crate::quic::errors;
+use crate::quic::path::PathKind;
 use crate::receive::{PayloadSink, ReceiveError};
 
 /// One peer's connection, shared by every fetch from that peer.
@@ -38,8 +39,9 @@ pub(crate) const BLOCKS: ChannelIndex = 0;
 /// Everything the fetching side owns.
 pub(crate) struct Client {
     pub(crate) endpoint: quinn::Endpoint,
-    /// One client config per channel index (the ALPN differs).
-    pub(crate) client_configs: Vec<quinn::ClientConfig>,
+    /// Client configs per channel index (the ALPN differs), one per kind of path
+    /// ([`PathKind::index`]): a dial uses the one of the path to the address it dials.
+    pub(crate) client_configs: Vec<[quinn::ClientConfig; 2]>,
     pub(crate) config: TransportConfig,
     pub(crate) counters: Arc<TransportCounters>,
     pub(crate) fetch_slots: Arc<Semaphore>,
@@ -133,7 +135,7 @@ impl Dial {
 impl Client {
     pub(crate) fn new(
         endpoint: quinn::Endpoint,
-        client_configs: Vec<quinn::ClientConfig>,
+        client_configs: Vec<[quinn::ClientConfig; 2]>,
         config: TransportConfig,
         counters: Arc<TransportCounters>,
     ) -> Client {
@@ -227,7 +229,7 @@ impl Client {
         }
         let dial = Dial {
             endpoint: self.endpoint.clone(),
-            config: self.client_configs[channel].clone(),
+            config: self.client_configs[channel][PathKind::of(peer.addr).index()].clone(),
             peer: peer.clone(),
             connect_timeout: self.config.connect_timeout(),
             connect_timeout_ms: self.config.connect_timeout_ms,

@@ -6,12 +6,15 @@
 //! control; [`crate::message`]): each is an ALPN of its own, so a peer has one connection per
 //! channel and bulk block streams never queue behind a heartbeat, nor one behind them.
 //! Submodules: [`tls`] (rustls configs), [`tuning`] (quinn configs and the socket),
+//! [`path`] (the rule that picks a connection's settings from its peer's address: loopback
+//! or a network path),
 //! [`errors`] (quinn errors to [`TransportError`], close codes), and the private client
 //! (fetch; push, probe and messages in `exchange`) and server halves.
 
 mod client;
 pub mod errors;
 mod exchange;
+pub mod path;
 mod server;
 pub mod tls;
 pub mod tuning;
@@ -35,6 +38,7 @@ use crate::source::BlockSource;
 use crate::transport::{in_order_bounded, Transport, TransportFuture};
 
 use client::Client;
+use path::PathKind;
 use server::Server;
 
 /// How long [`QuicTransport::close`] waits for peers to acknowledge the close.
@@ -106,7 +110,14 @@ impl QuicTransport {
             .local_addr()
             .map_err(|e| TransportError::io("reading the bound address", e))?;
         let counters = Arc::new(TransportCounters::default());
+        // Each connection's settings follow its path (`path`): one server config per kind.
+        let path_servers = PathKind::ALL.map(|kind| {
+            tuning::server_config(&path::config_for_path(&config, kind), identity, &alpns)
+                .map(Arc::new)
+        });
+        let [loopback, network] = path_servers;
         let server = Arc::new(Server {
+            path_configs: [loopback?, network?],
             connections: Arc::new(Semaphore::new(config.connections_max)),
             config: config.clone(),
             counters: counters.clone(),
@@ -115,10 +126,13 @@ impl QuicTransport {
             channels,
         });
         let accept_task = tokio::spawn(server.clone().accept_loop(endpoint.clone()));
-        let client_configs = alpns
-            .iter()
-            .map(|a| tuning::client_config(&config, identity, a))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut client_configs = Vec::with_capacity(alpns.len());
+        for a in &alpns {
+            let [loopback, network] = PathKind::ALL.map(|kind| {
+                tuning::client_config(&path::config_for_path(&config, kind), identity, a)
+            });
+            client_configs.push([loopback?, network?]);
+        }
         let client = Client::new(endpoint, client_configs, config, counters);
         tracing::info!(node = identity.name(), %addr, "QUIC transport listening");
         Ok(QuicTransport {

@@ -23,6 +23,7 @@ use crate::counters::TransportCounters;
 use crate::frame::{decode_any_request, FrameError, FrameHeader, FrameKind, FRAME_HEADER_LEN};
 use crate::message::{Channel, MessageHandler, MESSAGE_LEN_BYTES};
 use crate::quic::errors;
+use crate::quic::path::PathKind;
 use crate::receive::{BlockReceiver, PayloadSink, ReceiveError};
 use crate::source::{Accepted, BlockSource, Holding, SourceLookup};
 
@@ -35,6 +36,9 @@ pub(crate) struct Server {
     /// The message channels served beside blocks, and each one's handler once registered.
     pub(crate) channels: Vec<Channel>,
     pub(crate) handlers: std::sync::RwLock<Vec<Option<Arc<dyn MessageHandler>>>>,
+    /// The server config of each kind of path ([`PathKind::index`]): a connection is accepted
+    /// with the one of the path it came over.
+    pub(crate) path_configs: [Arc<quinn::ServerConfig>; 2],
 }
 
 /// Why a request was not read.
@@ -70,7 +74,8 @@ impl Server {
 
     async fn connection(self: Arc<Self>, incoming: Incoming, _permit: OwnedSemaphorePermit) {
         let remote = incoming.remote_address();
-        let connecting = match incoming.accept() {
+        let path = self.path_configs[PathKind::of(remote).index()].clone();
+        let connecting = match incoming.accept_with(path) {
             Ok(c) => c,
             Err(e) => {
                 tracing::debug!(%remote, error = %e, "incoming connection failed");

@@ -54,6 +54,16 @@ pub fn server_crypto_for(
     identity: &NodeIdentity,
     alpns: &[&[u8]],
 ) -> Result<QuicServerConfig, TransportError> {
+    let tls = server_tls(identity, alpns)?;
+    QuicServerConfig::try_from(tls).map_err(|e| tls_err("QUIC server crypto", e))
+}
+
+/// The rustls server config under [`server_crypto_for`] (mTLS, TLS 1.3, `alpns`): also what
+/// a TLS-over-TCP peer of the cluster would use (the transport bench's TLS baseline).
+pub fn server_tls(
+    identity: &NodeIdentity,
+    alpns: &[&[u8]],
+) -> Result<rustls::ServerConfig, TransportError> {
     let provider = provider();
     let verifier = WebPkiClientVerifier::builder_with_provider(roots(identity)?, provider.clone())
         .build()
@@ -66,7 +76,7 @@ pub fn server_crypto_for(
         .map_err(|e| tls_err("server certificate", e))?;
     tls.alpn_protocols = alpns.iter().map(|a| a.to_vec()).collect();
     tls.max_early_data_size = 0;
-    QuicServerConfig::try_from(tls).map_err(|e| tls_err("QUIC server crypto", e))
+    Ok(tls)
 }
 
 /// The client side: presents `identity`, accepts only servers signed by its CA; speaks the
@@ -80,6 +90,15 @@ pub fn client_crypto_for(
     identity: &NodeIdentity,
     alpn: &[u8],
 ) -> Result<QuicClientConfig, TransportError> {
+    let tls = client_tls(identity, alpn)?;
+    QuicClientConfig::try_from(tls).map_err(|e| tls_err("QUIC client crypto", e))
+}
+
+/// The rustls client config under [`client_crypto_for`] (mTLS, TLS 1.3, `alpn`).
+pub fn client_tls(
+    identity: &NodeIdentity,
+    alpn: &[u8],
+) -> Result<rustls::ClientConfig, TransportError> {
     let mut tls = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| tls_err("TLS 1.3", e))?
@@ -87,5 +106,5 @@ pub fn client_crypto_for(
         .with_client_auth_cert(identity.cert_chain().to_vec(), identity.key())
         .map_err(|e| tls_err("client certificate", e))?;
     tls.alpn_protocols = vec![alpn.to_vec()];
-    QuicClientConfig::try_from(tls).map_err(|e| tls_err("QUIC client crypto", e))
+    Ok(tls)
 }
