@@ -154,7 +154,7 @@ impl KindAvailability {
 }
 
 /// The nodes `f` took out: its operations there are not counted.
-fn hit(f: &Fault) -> &[u64] {
+pub(crate) fn hit(f: &Fault) -> &[u64] {
     match f.kind {
         FaultKind::Loss | FaultKind::Delay | FaultKind::LyingPeer => &[],
         _ => &f.nodes,

@@ -80,8 +80,13 @@ pub struct Checked {
     pub keys_checked: u64,
     /// Keys whose check hit a bound (neither pass nor fail).
     pub keys_unknown: u64,
-    /// Unavailability after each leader loss: ms to the first put that then succeeded.
+    /// Unavailability after each leader loss: ms from the fault to the completion of the first
+    /// put sent after it, to a node it did not hit, that succeeded.
     pub unavailability_ms: Vec<f64>,
+    /// Leader losses during which no put was sent to a node the fault did not hit (every
+    /// client was held by the node it hit), so they say nothing of unavailability.
+    #[serde(default)]
+    pub leader_losses_unprobed: u64,
     /// Finding (not a violation): acknowledged blocks some node still holds whose chunk key
     /// no longer resolves. When a block loses every owner record (leases expired, or holders
     /// rejoined) the directory keeps its chunk mappings dormant for a lease (they still
@@ -340,16 +345,21 @@ pub fn check_with(h: &Recorded, end: &FinalState, judge_availability: bool) -> C
             });
         }
     }
-    // Unavailability after leader loss.
+    // Unavailability after leader loss: only puts to the nodes the fault spared, sent while it
+    // lasted (a put to the stopped node waits for the node, not for the fabric).
     for f in h.faults.iter().filter(|f| f.hit_leader) {
+        let hit = crate::availability::hit(f);
         let first = h
             .ops
             .iter()
-            .filter(|o| o.invoke_ms >= f.start_ms && matches!(o.outcome, Outcome::Put { .. }))
+            .filter(|o| o.invoke_ms >= f.start_ms && o.invoke_ms < f.end_ms)
+            .filter(|o| !hit.contains(&o.node) && matches!(o.outcome, Outcome::Put { .. }))
             .map(|o| o.complete_ms)
             .fold(f64::INFINITY, f64::min);
         if first.is_finite() {
             out.unavailability_ms.push(first - f.start_ms);
+        } else {
+            out.leader_losses_unprobed += 1;
         }
     }
     out

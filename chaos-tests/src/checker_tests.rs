@@ -272,3 +272,33 @@ fn availability_shortfalls_are_violations_unless_only_reported() {
         "the same table either way"
     );
 }
+
+#[test]
+fn unavailability_after_a_leader_loss_counts_only_puts_to_spared_nodes() {
+    // n1, the leader, is paused from 30 to 40 ms. A put sent to n1 at 31 ms waits for it
+    // (done at 45); the first put sent to a spared node, n2, at 32 ms is done at 37.
+    let mut pause = fault(FaultKind::Pause, 1, &[]);
+    pause.hit_leader = true;
+    let at = |node: u64, t: (f64, f64)| {
+        let mut p = put_ok();
+        p.node = node;
+        p.invoke_ms = t.0;
+        p.complete_ms = t.1;
+        p
+    };
+    let h = Recorded {
+        ops: vec![at(1, (31.0, 45.0)), at(2, (32.0, 37.0))],
+        faults: vec![pause.clone()],
+    };
+    let c = check_with(&h, &end(vec![1, 2]), false);
+    assert_eq!(c.unavailability_ms, vec![7.0]);
+    assert_eq!(c.leader_losses_unprobed, 0);
+    // With every put of the fault sent to n1, nothing measures the fabric: unprobed.
+    let h = Recorded {
+        ops: vec![at(1, (31.0, 45.0)), at(2, (41.0, 43.0))],
+        faults: vec![pause],
+    };
+    let c = check_with(&h, &end(vec![1, 2]), false);
+    assert!(c.unavailability_ms.is_empty(), "{:?}", c.unavailability_ms);
+    assert_eq!(c.leader_losses_unprobed, 1);
+}

@@ -280,7 +280,7 @@ impl Report {
         let u = &self.unavailability;
         let _ = writeln!(
             t,
-            "recovery: converged {} (bound {:.0} s); unavailability after {} leader losses: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+            "recovery: converged {} (bound {:.0} s); unavailability after {} leader losses (the first put sent to a spared node that succeeded; {} more sent none there): p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
             match (self.converged_s, self.interrupted) {
                 (Some(s), _) => format!("in {s:.1} s"),
                 (None, true) => "not waited for (interrupted)".into(),
@@ -288,6 +288,7 @@ impl Report {
             },
             self.converge_bound_s,
             u.count,
+            c.leader_losses_unprobed,
             u.p50_ms,
             u.p99_ms,
             u.max_ms

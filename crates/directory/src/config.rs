@@ -38,6 +38,10 @@ pub struct DirectoryConfig {
     pub election_timeout_min_ms: u64,
     /// Upper bound of the randomized election timeout.
     pub election_timeout_max_ms: u64,
+    /// Whether a voter whose leader has been silent for the leader lease
+    /// (`election_timeout_max_ms`) stands for election at once, rather than after openraft's
+    /// own timer (see `election`). Default true.
+    pub prompt_election: bool,
     /// Most records (claims + releases + chunk mappings) coalesced into one Raft entry.
     pub batch_records_max: usize,
     /// Longest records gather into one batch while every pipeline slot is taken (a record
@@ -84,6 +88,7 @@ impl Default for DirectoryConfig {
             heartbeat_interval_ms: 100,
             election_timeout_min_ms: 500,
             election_timeout_max_ms: 1_000,
+            prompt_election: true,
             batch_records_max: 512,
             batch_delay_ms_max: 5,
             batch_queue_max: 4_096,

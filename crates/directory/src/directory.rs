@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use crate::clock::Clock;
 use crate::command::{Command, CommandReply, OwnershipBatch, Request, RequestId};
 use crate::config::DirectoryConfig;
+use crate::election::ElectionSignals;
 use crate::error::DirectoryError;
 use crate::ids::{Epoch, NodeId, ShardId};
 use crate::network::{FrameTransport, FramedNetworkFactory, RpcServer};
@@ -39,6 +40,8 @@ pub(crate) struct Inner {
     pub(crate) transport: Arc<dyn FrameTransport>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) server: RpcServer,
+    /// What the RPC seam saw that bears on standing for election (`election`).
+    pub(crate) election: Arc<ElectionSignals>,
     /// This handle's client id for request deduplication, and its proposal counter.
     client: u64,
     seq: std::sync::atomic::AtomicU64,
@@ -79,15 +82,19 @@ impl Directory {
         let trigger = Arc::new(SnapshotTrigger::new(config.snapshot_records_min));
         let (log, sm) = open_store(path, shard, trigger.clone()).await?;
         let view = sm.view();
+        let election = Arc::new(ElectionSignals::new(tokio::time::Instant::now()));
+        let lease = std::time::Duration::from_millis(config.election_timeout_max_ms);
         let network =
-            FramedNetworkFactory::new(id, transport.clone(), config.frame_bytes_max as usize);
+            FramedNetworkFactory::new(id, transport.clone(), config.frame_bytes_max as usize)
+                .with_election(election.clone(), lease);
         let raft = Raft::new(id, raft_config, network, log.clone(), sm)
             .await
             .map_err(|e| DirectoryError::Stopped {
                 reason: e.to_string(),
             })?;
         let client = client_nonce(id);
-        let server = RpcServer::new(raft.clone(), &config, client.wrapping_add(1));
+        let server = RpcServer::new(raft.clone(), &config, client.wrapping_add(1))
+            .with_election(election.clone());
         let (shutdown, _) = watch::channel(false);
         let dir = Directory {
             inner: Arc::new(Inner {
@@ -100,6 +107,7 @@ impl Directory {
                 transport,
                 clock,
                 server,
+                election,
                 client,
                 seq: std::sync::atomic::AtomicU64::new(0),
                 shutdown,
@@ -110,11 +118,18 @@ impl Directory {
         };
         let ticker = crate::lease::spawn_lease_ticker(&dir, dir.inner.shutdown.subscribe());
         let snapshots = spawn_snapshot_task(&dir, trigger, dir.inner.shutdown.subscribe());
+        let mut tasks = vec![ticker, snapshots];
+        if dir.inner.config.prompt_election {
+            tasks.push(crate::election::spawn_watchdog(
+                Arc::downgrade(&dir.inner),
+                dir.inner.shutdown.subscribe(),
+            ));
+        }
         dir.inner
             .tasks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .extend([ticker, snapshots]);
+            .extend(tasks);
         Ok(dir)
     }
 
@@ -175,6 +190,15 @@ impl Directory {
     /// A snapshot of the Raft metrics.
     pub fn metrics(&self) -> RaftMetrics {
         self.inner.raft.metrics().borrow().clone()
+    }
+
+    /// Elections this member started promptly, its leader silent for the lease (see
+    /// [`crate::election`]).
+    pub fn prompt_elections(&self) -> u64 {
+        self.inner
+            .election
+            .prompted
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The leader this member currently knows of.

@@ -25,6 +25,7 @@ pub mod codec;
 pub mod command;
 pub mod config;
 pub mod directory;
+mod election;
 pub mod error;
 mod forward;
 #[cfg(feature = "fuzzing")]

@@ -102,6 +102,8 @@ pub struct ClusterMetrics {
     pub raft_calls_failed: u64,
     /// Raft RPC streams served.
     pub raft_served: u64,
+    /// Elections this member started promptly, its leader silent for the lease.
+    pub prompt_elections: u64,
     /// The block transport's counters.
     pub transport: CountersSnapshot,
     /// Re-replication: passes, blocks under-replicated in the last pass, copies made, copies
@@ -234,6 +236,7 @@ impl Cluster {
             raft_calls_ok: c.calls_ok.load(Ordering::Relaxed),
             raft_calls_failed: c.calls_failed.load(Ordering::Relaxed),
             raft_served: c.served.load(Ordering::Relaxed),
+            prompt_elections: self.directory.prompt_elections(),
             transport: self.transport.counters(),
             repair: [
                 self.repair.passes.load(Ordering::Relaxed),

@@ -96,23 +96,30 @@ pub fn serve(log: &EventLog, epoch: u64, since: u64, first: u32) -> PollReply {
     }
 }
 
-/// Bound on asking a peer for a block's engine identity.
+/// Upper bound on asking a peer for a block's engine identity.
 pub const BLOCK_INFO_TIMEOUT_MS: u64 = 2_000;
 
-/// The engine identity member `node` has for `id` in `ns` (none when it has none, or does
-/// not answer within [`BLOCK_INFO_TIMEOUT_MS`]: the copy is then published under its id).
+/// The engine identity member `node` has for `id` in `ns` (none when it has none, is
+/// suspected, or does not answer within `failover.suspect_ms`, at most
+/// [`BLOCK_INFO_TIMEOUT_MS`]: the copy is then published under its id). A get that already
+/// holds verified bytes waits on this, so it is bounded like a silent peer, not like a
+/// transfer: a source that fell silent right after serving costs a get 0.4 s, not 2 s.
 pub(crate) async fn peer_engine(
     cluster: &Cluster,
     node: NodeId,
     ns: kvfabric_store::NamespaceKey,
     id: kvfabric_store::BlockId,
 ) -> Option<Arc<super::EngineBlock>> {
+    if cluster.health.is_suspect(node) {
+        return None;
+    }
     let addr = cluster.message_peer(node)?.addr;
     let req = ControlRequest::BlockInfo {
         namespace: ns,
         block: id,
     };
-    let limit = Duration::from_millis(BLOCK_INFO_TIMEOUT_MS);
+    let limit =
+        Duration::from_millis(BLOCK_INFO_TIMEOUT_MS.min(cluster.config.failover.suspect_ms));
     match cluster.control(node, addr, &req, limit).await {
         Ok(ControlResponse::BlockInfo { info }) => info.and_then(|i| i.engine),
         Ok(_) => None,

@@ -14,6 +14,7 @@ use openraft::raft::{
 };
 
 use super::FrameTransport;
+use crate::election::ElectionSignals;
 use crate::error::DirectoryError;
 use crate::ids::NodeId;
 use crate::rpc::{RpcRequest, RpcResponse};
@@ -25,6 +26,8 @@ pub struct FramedNetworkFactory {
     from: NodeId,
     transport: Arc<dyn FrameTransport>,
     frame_bytes_max: usize,
+    /// Fed with the answers to this member's vote requests, and the leader lease.
+    election: Option<(Arc<ElectionSignals>, Duration)>,
 }
 
 impl FramedNetworkFactory {
@@ -38,7 +41,19 @@ impl FramedNetworkFactory {
             from,
             transport,
             frame_bytes_max,
+            election: None,
         }
+    }
+
+    /// Feeds `signals` with the answers to this member's vote requests; `lease` is the
+    /// leader lease (see [`crate::election`]).
+    pub(crate) fn with_election(
+        mut self,
+        signals: Arc<ElectionSignals>,
+        lease: Duration,
+    ) -> FramedNetworkFactory {
+        self.election = Some((signals, lease));
+        self
     }
 }
 
@@ -52,6 +67,7 @@ impl RaftNetworkFactory<TypeConfig> for FramedNetworkFactory {
             addr: node.addr.clone(),
             transport: self.transport.clone(),
             frame_bytes_max: self.frame_bytes_max,
+            election: self.election.clone(),
         }
     }
 }
@@ -63,6 +79,7 @@ pub struct FramedNetwork {
     addr: String,
     transport: Arc<dyn FrameTransport>,
     frame_bytes_max: usize,
+    election: Option<(Arc<ElectionSignals>, Duration)>,
 }
 
 /// Why a call failed before a response came back.
@@ -177,9 +194,12 @@ impl RaftNetwork<TypeConfig> for FramedNetwork {
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
         let ttl = option.hard_ttl();
-        match self.call(RpcRequest::Vote(rpc), ttl).await {
+        match self.call(RpcRequest::Vote(rpc.clone()), ttl).await {
             Err(e) => Err(self.rpc_error(e, RPCTypes::Vote, ttl, 1)),
             Ok(RpcResponse::Vote(r)) => {
+                if let (Some((e, lease)), Ok(resp)) = (&self.election, &r) {
+                    e.vote_answered(&rpc, resp, *lease);
+                }
                 r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
             }
             Ok(other) => Err(self.unexpected("vote", &other)),

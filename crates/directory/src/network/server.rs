@@ -1,6 +1,7 @@
 //! The callee side of every RPC: decodes a request frame, runs it on the local Raft member,
 //! encodes the response.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
@@ -8,6 +9,7 @@ use openraft::BasicNode;
 
 use crate::command::Command;
 use crate::config::DirectoryConfig;
+use crate::election::ElectionSignals;
 use crate::error::DirectoryError;
 use crate::ids::NodeId;
 use crate::merge::WriteMerger;
@@ -22,6 +24,8 @@ pub struct RpcServer {
     frame_bytes_max: usize,
     write_timeout: Duration,
     read_timeout: Duration,
+    /// Fed with what this member answered to AppendEntries and votes, when set.
+    election: Option<Arc<ElectionSignals>>,
 }
 
 impl RpcServer {
@@ -39,7 +43,14 @@ impl RpcServer {
             frame_bytes_max: config.frame_bytes_max as usize,
             write_timeout: Duration::from_millis(config.write_timeout_ms),
             read_timeout: Duration::from_millis(config.read_timeout_ms),
+            election: None,
         }
+    }
+
+    /// Feeds `signals` with this member's answers (see [`crate::election`]).
+    pub(crate) fn with_election(mut self, signals: Arc<ElectionSignals>) -> RpcServer {
+        self.election = Some(signals);
+        self
     }
 
     /// Handles one request frame and returns the response frame.
@@ -53,9 +64,19 @@ impl RpcServer {
     pub async fn handle(&self, req: RpcRequest) -> Result<RpcResponse, DirectoryError> {
         Ok(match req {
             RpcRequest::AppendEntries(r) => {
-                RpcResponse::AppendEntries(self.raft.append_entries(r).await)
+                let resp = self.raft.append_entries(r).await;
+                if let (Some(e), Ok(resp)) = (&self.election, &resp) {
+                    e.appended(resp);
+                }
+                RpcResponse::AppendEntries(resp)
             }
-            RpcRequest::Vote(r) => RpcResponse::Vote(self.raft.vote(r).await),
+            RpcRequest::Vote(r) => {
+                let resp = self.raft.vote(r.clone()).await;
+                if let (Some(e), Ok(resp)) = (&self.election, &resp) {
+                    e.voted(&r, resp);
+                }
+                RpcResponse::Vote(resp)
+            }
             RpcRequest::InstallSnapshot(r) => {
                 RpcResponse::InstallSnapshot(self.raft.install_snapshot(r).await)
             }

@@ -125,3 +125,79 @@ async fn a_forward_to_a_silent_leader_moves_with_the_leadership() -> anyhow::Res
     assert_eq!(got, Some(block(3)));
     Ok(())
 }
+
+/// A leader cut off from the others is replaced by a prompt election: a survivor stands once
+/// the leader's lease has run out, before openraft's own timer would (lease + election
+/// timeout), and the survivors commit through the new leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_leader_is_replaced_by_a_prompt_election() -> anyhow::Result<()> {
+    init_tracing();
+    let (_dir, c) = start(
+        &[1, 2, 3],
+        kvfabric_directory::testing::TestCluster::test_config(),
+    )
+    .await?;
+    let all = ids(&[1, 2, 3]);
+    let old = c.wait_for_leader(&all, LIMIT).await?;
+    let epoch = c.member(old).join(NodeId(10)).await?;
+
+    tracing::info!(%old, "--- phase 1: a healthy leader is left alone");
+    tokio::time::sleep(std::time::Duration::from_millis(3_000)).await;
+    assert_eq!(c.member(old).current_leader(), Some(old));
+    for n in &all {
+        assert_eq!(
+            c.member(*n).prompt_elections(),
+            0,
+            "{n} stood against a live leader"
+        );
+    }
+
+    tracing::info!(%old, "--- phase 2: the leader falls silent");
+    c.router().isolate(old);
+    let survivors: Vec<NodeId> = all.iter().copied().filter(|n| *n != old).collect();
+    let new = c.wait_for_leader(&survivors, LIMIT).await?;
+    assert_ne!(new, old);
+    assert!(
+        c.member(new).prompt_elections() >= 1,
+        "the new leader {new} won on openraft's own timer, not a prompt election"
+    );
+
+    tracing::info!(%new, "--- phase 3: a write commits through the new leader");
+    let follower = *survivors
+        .iter()
+        .find(|n| **n != new)
+        .expect("two survivors");
+    let committed = c
+        .member(follower)
+        .update_ownership(OwnershipBatch::claim(
+            NodeId(10),
+            epoch,
+            vec![(block(4), Tier::Host)],
+            vec![(chunk(4), block(4))],
+        ))
+        .await?;
+    assert!(committed.log_index > 0);
+    Ok(())
+}
+
+/// With `prompt_election` off, elections are openraft's own: a silent leader is still
+/// replaced, and nobody stands early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_prompt_elections_openraft_s_timer_replaces_the_leader() -> anyhow::Result<()> {
+    init_tracing();
+    let config = kvfabric_directory::DirectoryConfig {
+        prompt_election: false,
+        ..kvfabric_directory::testing::TestCluster::test_config()
+    };
+    let (_dir, c) = start(&[1, 2, 3], config).await?;
+    let all = ids(&[1, 2, 3]);
+    let old = c.wait_for_leader(&all, LIMIT).await?;
+    c.router().isolate(old);
+    let survivors: Vec<NodeId> = all.iter().copied().filter(|n| *n != old).collect();
+    let new = c.wait_for_leader(&survivors, LIMIT).await?;
+    assert_ne!(new, old);
+    for n in &all {
+        assert_eq!(c.member(*n).prompt_elections(), 0, "{n}");
+    }
+    Ok(())
+}
