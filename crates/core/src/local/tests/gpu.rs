@@ -159,3 +159,31 @@ async fn a_damaged_device_copy_is_never_served() {
         "its device room is free"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_placed_on_the_gpu_is_published_as_stored_there() {
+    use crate::events::{EventKind, EventLog, EventMetrics};
+    let (g, ns) = (tiny(), NamespaceKey::derive("a"));
+    for (policy, tier) in [(GpuPolicy::default(), Tier::Gpu), (NEITHER, Tier::Host)] {
+        let (node, _) = gpu_node(&g, 2, 4, policy, ns);
+        let log = Arc::new(EventLog::new(
+            crate::ids::NodeId(1),
+            1,
+            4,
+            EventMetrics::default(),
+        ));
+        node.attach_events(log.clone()).unwrap();
+        let s = put(&node, ns, &g, &payload(&g, 1), None).await;
+        assert_eq!(s.tier, tier, "{policy:?}");
+        let stored: Vec<(Tier, Vec<kvfabric_store::BlockId>)> = log
+            .buffered_from(1)
+            .iter()
+            .flat_map(|b| b.events.clone())
+            .filter_map(|e| match e {
+                EventKind::Stored { tier, ids, .. } => Some((tier, ids)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(stored, vec![(tier, vec![s.id])], "{policy:?}");
+    }
+}
