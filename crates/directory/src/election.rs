@@ -165,13 +165,16 @@ pub(crate) fn due(
     if quiet < t.lease || s.defer_until.is_some_and(|d| now < d) {
         return false;
     }
-    // An urge counts once, and for a lease: an old one (a candidate refused while this
-    // member still heard its leader) says nothing about the election at hand.
-    let urged = s
-        .urged
-        .is_some_and(|u| last.is_none_or(|l| u > l) && now.saturating_duration_since(u) <= t.lease);
     let rested = last.is_none_or(|l| now.saturating_duration_since(l) >= t.retry);
-    urged || (quiet >= t.lease + t.jitter && rested)
+    urge_fresh(now, s, last, t.lease) || (quiet >= t.lease + t.jitter && rested)
+}
+
+/// Whether the member holds an urge to act on: one that came after its last prompted
+/// campaign and within a lease of `now` (an older one, say a candidate refused while this
+/// member still heard its leader, says nothing about the election at hand).
+fn urge_fresh(now: Instant, s: &Signals, last: Option<Instant>, lease: Duration) -> bool {
+    s.urged
+        .is_some_and(|u| last.is_none_or(|l| u > l) && now.saturating_duration_since(u) <= lease)
 }
 
 /// Whether the watchdog counts `now` as contact: the member has stepped down since the last
@@ -212,18 +215,12 @@ pub(crate) fn spawn_watchdog(
     mut shutdown: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let Some((id, period, base)) = inner.upgrade().map(|i| {
-            let c = &i.config;
-            let period = Duration::from_millis((c.heartbeat_interval_ms / 2).max(1));
-            let base = (
-                Duration::from_millis(c.election_timeout_max_ms),
-                Duration::from_millis(c.election_timeout_min_ms),
-            );
-            (i.id, period, base)
-        }) else {
+        let Some((id, c)) = inner.upgrade().map(|i| (i.id, i.config.clone())) else {
             return;
         };
-        let (lease, min) = base;
+        let period = Duration::from_millis((c.heartbeat_interval_ms / 2).max(1));
+        let lease = Duration::from_millis(c.election_timeout_max_ms);
+        let min = Duration::from_millis(c.election_timeout_min_ms);
         // Jitter below half the least election timeout: with the sampling period (half a
         // heartbeat, at most a quarter of it) the watchdog stands before openraft's own timer
         // (lease + election timeout) could.
@@ -275,7 +272,7 @@ pub(crate) fn spawn_watchdog(
             tracing::info!(
                 member = %id,
                 quiet_ms = now.saturating_duration_since(signals.contact).as_millis() as u64,
-                urged = signals.urged.is_some_and(|u| last.is_none_or(|l| u > l)),
+                urged = urge_fresh(now, &signals, last, lease),
                 "no word from a leader for its lease; standing for election"
             );
             if inner.raft.trigger().elect().await.is_err() {
