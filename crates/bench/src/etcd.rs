@@ -237,11 +237,12 @@ pub(super) fn run(
 }
 
 fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(PROBE_TIMEOUT))
-        .build()
-        .into()
+    kvfabric_http_client::agent(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(PROBE_TIMEOUT))
+            .build(),
+    )
 }
 
 fn version(etcd: &Path) -> String {

@@ -147,11 +147,12 @@ fn bench(a: &FailoverArgs, dir: &std::path::Path) -> anyhow::Result<Report> {
     let g = builtin(&a.model);
     demo::cluster_command(dir, "up", &["--nodes", "3"])?;
     let apis = demo::node_urls(dir)?;
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(30)))
-        .build()
-        .into();
+    let agent: ureq::Agent = kvfabric_http_client::agent(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build(),
+    );
     let put = |node: usize, seed: u64| -> anyhow::Result<(f64, String)> {
         let body = payload(&g, seed);
         let t = Instant::now();

@@ -139,11 +139,12 @@ impl Conn {
 
 fn connect(urls: &[String], token: &str, c: usize) -> Conn {
     Conn {
-        agent: ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(CALL_TIMEOUT))
-            .build()
-            .into(),
+        agent: kvfabric_http_client::agent(
+            ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(CALL_TIMEOUT))
+                .build(),
+        ),
         node: urls[c % urls.len()].clone(),
         auth: format!("Bearer {token}"),
     }

@@ -249,11 +249,12 @@ fn send_all(
 ) -> anyhow::Result<Vec<RequestOutcome>> {
     let bar = Progress::new(what, w.agents.len() as u64, Unit::Items("requests"));
     let bar = &bar;
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(REQUEST_TIMEOUT))
-        .build()
-        .into();
+    let agent: ureq::Agent = kvfabric_http_client::agent(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(REQUEST_TIMEOUT))
+            .build(),
+    );
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<anyhow::Result<RequestOutcome>>>> =
         Mutex::new((0..w.agents.len()).map(|_| None).collect());

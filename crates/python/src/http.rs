@@ -108,14 +108,15 @@ impl Http {
         }
         let timeout = seconds("timeout_s", timeout_s)?;
         let connect = seconds("connect_timeout_s", connect_timeout_s)?;
-        let agent: Agent = Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(timeout))
-            .timeout_connect(Some(connect))
-            .input_buffer_size(IO_BUFFER_BYTES)
-            .output_buffer_size(IO_BUFFER_BYTES)
-            .build()
-            .into();
+        let agent: Agent = kvfabric_http_client::agent(
+            Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(timeout))
+                .timeout_connect(Some(connect))
+                .input_buffer_size(IO_BUFFER_BYTES)
+                .output_buffer_size(IO_BUFFER_BYTES)
+                .build(),
+        );
         Ok(Http {
             agent,
             base,

@@ -44,11 +44,12 @@ impl Client {
                 args.node.chars().take(80).collect::<String>()
             );
         }
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(CALL_TIMEOUT))
-            .build()
-            .into();
+        let agent: ureq::Agent = kvfabric_http_client::agent(
+            ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(CALL_TIMEOUT))
+                .build(),
+        );
         Ok(Client {
             agent,
             base,

@@ -147,11 +147,12 @@ impl Drop for Cluster {
 
 /// Polls `GET /{probe}` until it answers 200.
 fn wait_ready(url: &str, probe: &str) -> anyhow::Result<()> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(5)))
-        .build()
-        .into();
+    let agent: ureq::Agent = kvfabric_http_client::agent(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(5)))
+            .build(),
+    );
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
         if let Ok(r) = agent.get(format!("{url}/{probe}")).call() {

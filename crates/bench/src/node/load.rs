@@ -63,11 +63,12 @@ pub(crate) struct Target<'a> {
 }
 
 fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(REQUEST_TIMEOUT))
-        .build()
-        .into()
+    kvfabric_http_client::agent(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(REQUEST_TIMEOUT))
+            .build(),
+    )
 }
 
 fn put(agent: &ureq::Agent, t: &Target<'_>, body: &[u8]) -> anyhow::Result<String> {

@@ -99,11 +99,12 @@ impl Cluster {
             apis.iter().all(|a| !a.is_empty()),
             "addresses missing in:\n{stdout}"
         );
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(CALL_TIMEOUT))
-            .build()
-            .into();
+        let agent = kvfabric_http_client::agent(
+            ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(CALL_TIMEOUT))
+                .build(),
+        );
         Cluster {
             dir,
             apis,

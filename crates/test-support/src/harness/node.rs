@@ -115,11 +115,12 @@ impl TestNode {
             operator: opts.operator.clone(),
             bin: bin.clone(),
             child: None,
-            agent: ureq::Agent::config_builder()
-                .http_status_as_error(false)
-                .timeout_global(Some(CALL_TIMEOUT))
-                .build()
-                .into(),
+            agent: kvfabric_http_client::agent(
+                ureq::Agent::config_builder()
+                    .http_status_as_error(false)
+                    .timeout_global(Some(CALL_TIMEOUT))
+                    .build(),
+            ),
         };
         node.launch();
         node

@@ -113,11 +113,12 @@ fn ask_members(
     send: impl Fn(&ureq::Agent, &str, &str) -> Result<ureq::http::Response<ureq::Body>, ureq::Error>,
 ) -> anyhow::Result<Value> {
     anyhow::ensure!(!apis.is_empty(), "no other member is running to ask");
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(limit))
-        .build()
-        .into();
+    let agent: ureq::Agent = kvfabric_http_client::agent(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(limit))
+            .build(),
+    );
     let auth = format!("Bearer {token}");
     let start = Instant::now();
     let mut last = String::new();

@@ -242,11 +242,12 @@ fn wait_ready(
     children: &mut [(u64, Child)],
     limit: Duration,
 ) -> anyhow::Result<()> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_millis(PROBE_TIMEOUT_MS)))
-        .http_status_as_error(false)
-        .build()
-        .into();
+    let agent: ureq::Agent = kvfabric_http_client::agent(
+        ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_millis(PROBE_TIMEOUT_MS)))
+            .http_status_as_error(false)
+            .build(),
+    );
     let start = Instant::now();
     let mut ready = vec![false; nodes.len()];
     let bar = Progress::new("cluster up", nodes.len() as u64, Unit::Items("nodes ready"));

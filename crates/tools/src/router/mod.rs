@@ -176,12 +176,13 @@ impl RouterState {
             node: node.to_owned(),
             token,
         })?;
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(FORWARD_TIMEOUT))
-            .timeout_connect(Some(CONNECT_TIMEOUT))
-            .build()
-            .into();
+        let agent: ureq::Agent = kvfabric_http_client::agent(
+            ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(FORWARD_TIMEOUT))
+                .timeout_connect(Some(CONNECT_TIMEOUT))
+                .build(),
+        );
         Ok(RouterState {
             backends: backends
                 .into_iter()
