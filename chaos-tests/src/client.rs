@@ -100,11 +100,12 @@ impl Client {
     /// A client whose requests give up after `timeout`.
     pub fn new(timeout: Duration) -> Client {
         Client {
-            agent: ureq::Agent::config_builder()
-                .http_status_as_error(false)
-                .timeout_global(Some(timeout))
-                .build()
-                .into(),
+            agent: kvfabric_http_client::agent(
+                ureq::Agent::config_builder()
+                    .http_status_as_error(false)
+                    .timeout_global(Some(timeout))
+                    .build(),
+            ),
         }
     }
 

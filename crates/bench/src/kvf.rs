@@ -53,6 +53,9 @@ pub(super) fn run(a: &DirectoryArgs, work: &Path) -> anyhow::Result<Side> {
     if let Some(d) = &delay {
         up.extend(["--cluster-set", d.as_str()]);
     }
+    for set in &a.cluster_set {
+        up.extend(["--cluster-set", set.as_str()]);
+    }
     let result = demo::cluster_command(work, "up", &up).and_then(|()| measure(a, work));
     let down = stop(work);
     match (result, down) {

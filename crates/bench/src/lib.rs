@@ -94,6 +94,10 @@ pub(crate) struct DirectoryArgs {
     /// records); the node's default unless given.
     #[arg(long)]
     batch_delay_ms: Option<u64>,
+    /// Sets `[cluster] KEY = VALUE` in every node's config (repeatable), as `kvfabric cluster
+    /// up --cluster-set` does: e.g. `batch_inflight_max=2` to measure another setting.
+    #[arg(long = "cluster-set", value_name = "KEY=VALUE")]
+    cluster_set: Vec<String>,
     /// Keep the working directory.
     #[arg(long)]
     keep: bool,

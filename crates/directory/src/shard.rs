@@ -21,7 +21,7 @@
 //! (it has no owners, so readers treat it as a miss);
 //! `ExpireLeases` drops the chunk mappings of those still unclaimed at their deadline.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use kvfabric_store::{BlockId, Tier};
 use serde::{Deserialize, Serialize};
@@ -31,22 +31,29 @@ use crate::error::DirectoryError;
 use crate::ids::{ChunkKey, Epoch, NodeId, ShardId};
 use crate::owner::{Liveness, NodeRecord, Owner};
 use crate::sessions::Sessions;
+use crate::sorted_set::SortedSet;
 
 /// One shard's directory state. Serialized whole into snapshots; the two indexes are rebuilt
 /// from the primary maps on load.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardState {
     shard: ShardId,
-    blocks: BTreeMap<BlockId, BTreeSet<Owner>>,
-    chunks: BTreeMap<ChunkKey, BlockId>,
+    /// Hashed, written in key order ([`crate::ordered_map`]): a claim looks its block up
+    /// several times, and an ordered map of 32-byte keys cost a tree search each time.
+    #[serde(with = "crate::ordered_map")]
+    blocks: HashMap<BlockId, SortedSet<Owner>>,
+    #[serde(with = "crate::ordered_map")]
+    chunks: HashMap<ChunkKey, BlockId>,
     nodes: BTreeMap<NodeId, NodeRecord>,
     sessions: Sessions,
     /// Blocks without owners whose chunk mappings are kept until the deadline (ms).
     dormant: BTreeMap<BlockId, u64>,
+    /// Hashed, not ordered: nothing reads them in order, and an ordered index of 32-byte
+    /// keys cost a tree search per record applied.
     #[serde(skip)]
-    by_node: BTreeMap<NodeId, BTreeSet<(BlockId, Tier)>>,
+    by_node: HashMap<NodeId, HashSet<(BlockId, Tier)>>,
     #[serde(skip)]
-    chunks_of: BTreeMap<BlockId, BTreeSet<ChunkKey>>,
+    chunks_of: HashMap<BlockId, SortedSet<ChunkKey>>,
 }
 
 impl ShardState {
@@ -121,7 +128,7 @@ impl ShardState {
 
     /// Number of owner records of `node`.
     pub fn records_of(&self, node: NodeId) -> usize {
-        self.by_node.get(&node).map_or(0, BTreeSet::len)
+        self.by_node.get(&node).map_or(0, HashSet::len)
     }
 
     /// Live nodes whose lease ended at or before `now_ms`: what `ExpireLeases { now_ms }`

@@ -26,10 +26,12 @@ pub(crate) fn route_label(path: &str) -> &'static str {
         "/v1/lookup" => "/v1/lookup",
         "/v1/route" => "/v1/route",
         "/v1/models" => "/v1/models",
+        "/v1/namespaces" => "/v1/namespaces",
         "/v1/cluster" => "/v1/cluster",
         "/v1/events" => "/v1/events",
         "/v1/operator/overview" => "/v1/operator/overview",
         "/v1/operator/events" => "/v1/operator/events",
+        "/v1/operator/claims" => "/v1/operator/claims",
         p if p == "/v1/operator/members" || p.starts_with("/v1/operator/members/") => {
             "/v1/operator/members"
         }
@@ -142,6 +144,8 @@ mod tests {
             "/v1/arenas/{id}/layers/{layer}/window"
         );
         assert_eq!(route_label("/v1/arenas/ab/layers/7/x"), "other");
+        assert_eq!(route_label("/v1/operator/claims"), "/v1/operator/claims");
+        assert_eq!(route_label("/v1/namespaces"), "/v1/namespaces");
         assert_eq!(method_label(&Method::PATCH), "other");
     }
 }
