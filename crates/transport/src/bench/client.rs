@@ -162,11 +162,14 @@ pub(crate) async fn bench(
     }
     if let Some(stats) = tuned.connection_stats(&tuned_peer) {
         println!(
-            "quic path ({path}): mtu {} B, rtt {:?}, lost {} packets, congestion events {}",
+            "quic path ({path}): mtu {} B, rtt {:?}, lost {} packets, congestion events {}, \
+             {} packets received for {} ACK frames sent",
             stats.path.current_mtu,
             stats.path.rtt,
             stats.path.lost_packets,
-            stats.path.congestion_events
+            stats.path.congestion_events,
+            stats.udp_rx.datagrams,
+            stats.frame_tx.acks
         );
     }
     if std::env::var_os("BENCH_STATS").is_some() {
