@@ -20,7 +20,7 @@
 //! repair_blocks_max = 256           # optional: most blocks one pass re-replicates
 //! batch_records_max = 512           # optional: ownership records per Raft entry
 //! batch_delay_ms_max = 5            # optional: longest records gather while the pipeline is full
-//! batch_inflight_max = 4            # optional: ownership entries pipelined per node
+//! batch_inflight_max = 6            # optional: ownership entries pipelined per node
 //! heartbeat_interval_ms = 100       # optional, Raft
 //! election_timeout_min_ms = 200     # optional, Raft
 //! election_timeout_max_ms = 350     # optional, Raft

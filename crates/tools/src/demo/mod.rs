@@ -187,6 +187,7 @@ fn session(a: &DemoArgs, g: &ModelGeometry, dir: &Path, stop: &AtomicBool) -> an
         };
         r.transport_bytes_in += t("bytes_in");
         r.transport_fetches_ok += t("fetches_ok");
+        r.transport_pushes_stored += t("pushes_stored");
         r.transport_fetches_failed += t("fetches_failed");
         r.transport_verify_failures += t("verify_failures");
         r.store_verify_failures += metric_sum(&text, "kvfabric_verify_failures_total", None);

@@ -34,8 +34,10 @@ pub struct Report {
     pub copies: Vec<usize>,
     /// Transport payload bytes received, all nodes.
     pub transport_bytes_in: u64,
-    /// Blocks received and verified by the transport, all nodes.
+    /// Fetched blocks received and verified by the transport (cross-node reads), all nodes.
     pub transport_fetches_ok: u64,
+    /// Pushed blocks (replica copies) a receiver verified and stored, all nodes.
+    pub transport_pushes_stored: u64,
     /// Transport fetches that failed, all nodes.
     pub transport_fetches_failed: u64,
     /// Received blocks whose hash did not match, all nodes.
@@ -268,10 +270,13 @@ impl Report {
         row(
             &mut s,
             "blocks verified on receipt",
-            thousands(self.transport_fetches_ok),
+            thousands(self.transport_pushes_stored + self.transport_fetches_ok),
             format!(
-                "transport fetches ok (replica copies, cross-node reads); verify failures {}, failed fetches {}",
-                self.transport_verify_failures, self.transport_fetches_failed
+                "replica copies pushed {}, cross-node fetches {}; verify failures {}, failed fetches {}",
+                thousands(self.transport_pushes_stored),
+                thousands(self.transport_fetches_ok),
+                self.transport_verify_failures,
+                self.transport_fetches_failed
             ),
         );
         row(
