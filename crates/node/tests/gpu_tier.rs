@@ -2,7 +2,8 @@
 //! a node configured with one stops at start with the reason. On a CUDA device (a build with
 //! the `cuda` feature; ignored otherwise, run by `tools/device-test`), a node's put lands on
 //! the device, is served back from there byte for byte (verified on its way off the device),
-//! and a host hit moves up to it.
+//! a host hit moves up to it, and a full device moves its victims down to host memory without
+//! losing or changing a byte.
 
 mod common;
 
@@ -74,4 +75,93 @@ fn gpu_a_node_puts_on_the_device_and_serves_its_bytes_back() {
     assert_eq!(tier(&node, &id), "host");
     let got = node.get(Some(TOKEN_A), &format!("/v1/blocks/{id}"), &[]);
     assert_eq!((got.body, tier(&node, &id)), (p, "host".to_owned()));
+}
+
+/// The node's `[tiers.gpu]` section with the given policy.
+#[cfg(feature = "cuda")]
+fn gpu_section(bytes: u64, puts: bool, promote: bool) -> common::GpuSection {
+    common::GpuSection {
+        bytes: kvfabric_test_support::config::Bytes::Count(bytes),
+        ordinal: None,
+        puts: Some(puts),
+        promote: Some(promote),
+    }
+}
+
+/// The tier a block is on, from `HEAD` (which moves nothing).
+#[cfg(feature = "cuda")]
+fn tier_of(node: &common::TestNode, id: &str) -> String {
+    let h = node.head(Some(common::TOKEN_A), &format!("/v1/blocks/{id}"));
+    assert_eq!(h.status, 200);
+    h.header("kvfabric-tier").unwrap().to_owned()
+}
+
+/// Puts stay on host; a read of a host block moves it up to the device, from which the next
+/// read is served, the same bytes.
+#[cfg(feature = "cuda")]
+#[test]
+#[ignore = "needs a CUDA device"]
+fn gpu_a_host_hit_moves_up_to_the_device() {
+    use common::{payload, tiny, Options, TOKEN_A};
+    let g = tiny();
+    let node = common::kvfabric().node(Options {
+        gpu: Some(gpu_section(64 << 20, false, true)),
+        ..Options::default()
+    });
+    let p = payload(&g, 22);
+    let id = node.put(Some(TOKEN_A), &g, &p, &[]).block();
+    assert_eq!(tier_of(&node, &id), "host");
+    let path = format!("/v1/blocks/{id}");
+    assert_eq!(node.get(Some(TOKEN_A), &path, &[]).body, p);
+    common::eventually("the hit block on the device", || {
+        tier_of(&node, &id) == "gpu"
+    });
+    let got = node.get(Some(TOKEN_A), &path, &[]);
+    assert_eq!(got.header("kvfabric-tier"), Some("gpu"));
+    assert_eq!(got.body, p, "the device's bytes are the put's");
+}
+
+/// DeepSeek-V3 blocks (4.5 MB) into a device tier that holds seven: every put is acknowledged,
+/// the device keeps at most what fits, its victims go down to host memory, and every block is
+/// served back byte for byte, from whichever tier it is on.
+#[cfg(feature = "cuda")]
+#[test]
+#[ignore = "needs a CUDA device"]
+fn gpu_a_full_device_moves_victims_down_and_loses_nothing() {
+    use common::{builtin, payload, Options, TOKEN_A};
+    let g = builtin("deepseek-v3");
+    let block = g.block_layout().payload_len;
+    let node = common::kvfabric().node(Options {
+        host_bytes: 256 << 20,
+        gpu: Some(gpu_section(7 * block + block / 2, true, true)),
+        ..Options::default()
+    });
+    let blocks: Vec<(String, Vec<u8>)> = (0..16)
+        .map(|i| {
+            let p = payload(&g, 100 + i);
+            let put = node.put(Some(TOKEN_A), &g, &p, &[]);
+            assert_eq!(put.status, 201, "{}", put.text());
+            (put.block(), p)
+        })
+        .collect();
+    let on = |tier: &str| {
+        node.metric(&format!(
+            "kvfabric_tier_blocks{{node=\"n1\",tier=\"{tier}\"}}"
+        ))
+    };
+    let (gpu, host) = (on("gpu"), on("host"));
+    assert!(
+        (1.0..=7.0).contains(&gpu),
+        "{gpu} blocks on a device that holds 7"
+    );
+    assert_eq!(gpu + host + on("disk"), 16.0, "every block on some tier");
+    for (id, p) in &blocks {
+        let got = node.get(Some(TOKEN_A), &format!("/v1/blocks/{id}"), &[]);
+        assert_eq!(got.status, 200);
+        assert!(
+            got.body == *p,
+            "block {id} changed on its way through the tiers"
+        );
+    }
+    assert!(on("gpu") <= 7.0);
 }

@@ -11,7 +11,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use kvfabric_test_support::config::{Bytes, NodeConfigFile};
+use kvfabric_test_support::config::{Bytes, GpuSection, NodeConfigFile};
 use kvfabric_tools::demo;
 
 /// Longest a node may take to print its address and be ready.
@@ -26,12 +26,24 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    /// Writes a config under `dir` (host tier of `host_bytes`, no disk tier, the embedded
-    /// model presets, no tenants) and starts `kvfabric node` on it.
-    pub(crate) fn standalone(dir: &Path, host_bytes: u64) -> anyhow::Result<Server> {
+    /// Writes a config under `dir` (host tier of `host_bytes`, a GPU tier of `gpu_bytes` if
+    /// given (puts and hits placed on the device), no disk tier, the embedded model presets,
+    /// no tenants) and starts `kvfabric node` on it.
+    pub(crate) fn standalone(
+        dir: &Path,
+        host_bytes: u64,
+        gpu_bytes: Option<u64>,
+    ) -> anyhow::Result<Server> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let config = dir.join("node.toml");
-        let c = NodeConfigFile::new(1, "127.0.0.1:0", dir.join("data"), Bytes::Count(host_bytes));
+        let mut c =
+            NodeConfigFile::new(1, "127.0.0.1:0", dir.join("data"), Bytes::Count(host_bytes));
+        c.tiers.gpu = gpu_bytes.map(|bytes| GpuSection {
+            bytes: Bytes::Count(bytes),
+            ordinal: None,
+            puts: Some(true),
+            promote: Some(true),
+        });
         std::fs::write(&config, c.to_toml("kvfabric bench node: a standalone node"))
             .with_context(|| format!("writing {}", config.display()))?;
         let args = ["node".into(), "--config".into(), config.into_os_string()];
@@ -90,7 +102,12 @@ impl Server {
         } else {
             "received"
         };
-        wait_ready(&server.url, probe)?;
+        wait_ready(&server.url, probe, &mut server.child).with_context(|| {
+            let log = std::fs::read_to_string(log_path).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let last = lines[lines.len().saturating_sub(3)..].join(" / ");
+            format!("kvfabric {args:?}; the end of its log: {last}")
+        })?;
         Ok(server)
     }
 }
@@ -145,8 +162,8 @@ impl Drop for Cluster {
     }
 }
 
-/// Polls `GET /{probe}` until it answers 200.
-fn wait_ready(url: &str, probe: &str) -> anyhow::Result<()> {
+/// Polls `GET /{probe}` until it answers 200; a server that exits first is an error at once.
+fn wait_ready(url: &str, probe: &str, child: &mut Child) -> anyhow::Result<()> {
     let agent: ureq::Agent = kvfabric_http_client::agent(
         ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -159,6 +176,9 @@ fn wait_ready(url: &str, probe: &str) -> anyhow::Result<()> {
             if r.status() == 200 {
                 return Ok(());
             }
+        }
+        if let Some(status) = child.try_wait().context("polling the server")? {
+            bail!("{url} exited ({status}) before it was ready");
         }
         if Instant::now() > deadline {
             bail!("{url} not ready within {} s", START_TIMEOUT.as_secs());

@@ -60,6 +60,11 @@ pub(crate) struct NodeBenchArgs {
     /// Skip the 3-node cluster (standalone and baseline only).
     #[arg(long)]
     skip_cluster: bool,
+    /// Also measure a standalone node with a GPU tier of this many bytes, its puts and hits
+    /// placed on the device (`[tiers.gpu]`; needs a build with `--features cuda` and a CUDA
+    /// device, else the node stops at start with the reason).
+    #[arg(long, value_name = "BYTES")]
+    gpu: Option<u64>,
     /// Working directory (node configs, data, logs); a fresh temporary one if absent.
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -91,7 +96,7 @@ pub(crate) fn run(a: NodeBenchArgs) -> anyhow::Result<()> {
     println!(
         "kvfabric bench node: {} blocks of {:.2} MB, {} per client, clients {}, {} rounds \
          (median), {cores} cores; servers: baseline (the node's HTTP stack, bytes from memory), \
-         standalone node (host tier), {}",
+         standalone node (host tier), {}{}",
         g.name,
         len as f64 / 1e6,
         a.blocks,
@@ -105,6 +110,10 @@ pub(crate) fn run(a: NodeBenchArgs) -> anyhow::Result<()> {
             "no cluster (--skip-cluster)"
         } else {
             "node 1 of a 3-node cluster with replication 2"
+        },
+        match a.gpu {
+            Some(bytes) => format!(", a standalone node with a {bytes}-byte GPU tier"),
+            None => String::new(),
         }
     );
     let result = measure(&a, &g.name, g.block_tokens(), len, max_clients, &dir);
@@ -137,7 +146,15 @@ fn measure(
     let host = (max_clients as u64 + 1) * a.blocks * block + HOST_HEADROOM_BYTES;
     let mut payloads = load::payloads(max_clients, a.blocks as usize, len);
     let base = launch::Server::baseline(&dir.join("baseline"), len)?;
-    let standalone = launch::Server::standalone(&dir.join("standalone"), host)?;
+    let standalone = launch::Server::standalone(&dir.join("standalone"), host, None)?;
+    let gpu = match a.gpu {
+        Some(bytes) => Some(
+            launch::Server::standalone(&dir.join("standalone-gpu"), host, Some(bytes))
+                .context("--gpu: a node with a GPU tier")?,
+        ),
+        None => None,
+    };
+    let gpu_url: Vec<String> = gpu.iter().map(|s| s.url.clone()).collect();
     let cluster = if a.skip_cluster {
         None
     } else {
@@ -166,6 +183,18 @@ fn measure(
             },
         ),
     ];
+    if !gpu_url.is_empty() {
+        servers.push((
+            Server::Gpu,
+            Target {
+                url: &gpu_url[0],
+                model,
+                tokens,
+                node: true,
+                cleanup: &gpu_url,
+            },
+        ));
+    }
     if let Some(c) = &cluster {
         servers.push((
             Server::Cluster,

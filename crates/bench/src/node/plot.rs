@@ -10,9 +10,10 @@ use plotters::prelude::*;
 use super::report::{Row, Server};
 use crate::plot::{drawing, register, write_png, BASELINE, FAMILY, KVFABRIC, PALETTE};
 
-const SERVERS: [(Server, RGBColor); 3] = [
+const SERVERS: [(Server, RGBColor); 4] = [
     (Server::Baseline, BASELINE),
     (Server::Standalone, KVFABRIC),
+    (Server::Gpu, PALETTE[3]),
     (Server::Cluster, PALETTE[2]),
 ];
 
@@ -111,16 +112,20 @@ mod tests {
                 })
             })
             .collect();
-        // Drawn into memory: the series' colours are there, the missing cluster's is not.
+        // Drawn into memory: the series' colours are there, the missing GPU node's and
+        // cluster's are not.
         let title = "kvfabric bench node (test)";
         let buf = drawn(SIZE, |root| draw(root, title, &rows));
         assert!(count(&buf, SERVERS[0].1) > 100, "baseline drawn");
         assert!(count(&buf, SERVERS[1].1) > 100, "standalone drawn");
-        assert_eq!(
-            count(&buf, SERVERS[2].1),
-            0,
-            "no cluster rows, no cluster line"
-        );
+        for (server, colour) in &SERVERS[2..] {
+            assert_eq!(
+                count(&buf, *colour),
+                0,
+                "no {} rows, no line",
+                server.name()
+            );
+        }
         assert!(count(&buf, BLACK) > 100, "axes and text drawn");
         // And written as a PNG file.
         assert_writes_png(|path| write(path, title, &rows));

@@ -13,6 +13,8 @@ pub(crate) enum Server {
     Standalone,
     /// Node 1 of a 3-node cluster, replication 2.
     Cluster,
+    /// A standalone node with a GPU tier (`--gpu`).
+    Gpu,
 }
 
 impl Server {
@@ -21,6 +23,7 @@ impl Server {
             Server::Baseline => "baseline",
             Server::Standalone => "standalone",
             Server::Cluster => "cluster-r2",
+            Server::Gpu => "standalone-gpu",
         }
     }
 }
@@ -105,7 +108,12 @@ pub(crate) fn render(rows: &[Row]) -> String {
     }
     let put = |s, c| find(rows, s, c).map(|r| r.put.gbps);
     let get = |s, c| find(rows, s, c).map(|r| r.get.gbps);
-    for s in [Server::Baseline, Server::Standalone, Server::Cluster] {
+    for s in [
+        Server::Baseline,
+        Server::Standalone,
+        Server::Gpu,
+        Server::Cluster,
+    ] {
         if find(rows, s, 1).is_some() && find(rows, s, 2).is_some() {
             let _ = writeln!(
                 out,
@@ -115,6 +123,18 @@ pub(crate) fn render(rows: &[Row]) -> String {
                 ratio(get(s, 2), get(s, 1))
             );
         }
+    }
+    if find(rows, Server::Gpu, 1).is_some() {
+        let _ = writeln!(
+            out,
+            "ratio node_gpu_put_over_baseline {}",
+            ratio(put(Server::Gpu, 1), put(Server::Baseline, 1))
+        );
+        let _ = writeln!(
+            out,
+            "ratio node_gpu_get_over_baseline {}",
+            ratio(get(Server::Gpu, 1), get(Server::Baseline, 1))
+        );
     }
     if find(rows, Server::Cluster, 1).is_some() {
         let _ = writeln!(

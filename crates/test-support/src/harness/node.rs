@@ -7,11 +7,12 @@
 //! asserts on timing.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use kvfabric_store::geometry::preset::BUILTIN_PRESET_FILES;
 use kvfabric_store::ModelGeometry;
 
 use super::{Kvfabric, Reply};
@@ -100,9 +101,14 @@ impl TestNode {
         let models = dir.path().join("models");
         std::fs::create_dir(&models).unwrap();
         std::fs::write(models.join("tiny-mla.toml"), TINY_TOML).unwrap();
-        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/models");
+        // From the presets embedded in the binary, not the source tree: a test executable
+        // carried to another machine (`tools/device-test`) has no checkout beside it.
         for f in SHIPPED_MODELS {
-            std::fs::copy(shipped.join(f), models.join(f)).unwrap();
+            let (_, text) = BUILTIN_PRESET_FILES
+                .iter()
+                .find(|(name, _)| *name == f)
+                .unwrap_or_else(|| panic!("{f} is not a built-in preset"));
+            std::fs::write(models.join(f), text).unwrap();
         }
         std::fs::write(
             dir.path().join("node.toml"),
@@ -166,13 +172,25 @@ impl TestNode {
         self.wait_ready();
     }
 
-    fn wait_ready(&self) {
+    /// Until `GET /readyz` answers 200; a node that exits first (a config it refuses, a
+    /// tier that cannot open) fails the test at once with its log, not at the deadline.
+    fn wait_ready(&mut self) {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Ok(r) = self.agent.get(format!("{}/readyz", self.url)).call() {
                 if r.status() == 200 {
                     return;
                 }
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "the node exited ({status}) before it was ready; log:\n{}",
+                    self.log()
+                );
             }
             assert!(
                 Instant::now() < deadline,
