@@ -41,9 +41,9 @@ pub use geometry::{ModelGeometry, ModelKind};
 pub use handle::{Handle, RegionIndex, Tier};
 pub use id::{Blake3Ids, BlockId, IdHasher, IdStream, NamespaceKey, NamespaceSecret, StreamingId};
 pub use store::{
-    Comparison, Dedup, Demotion, DiskRead, Draft, Filling, GpuConfig, GpuPolicy, PinnedRead,
-    Prepared, Promotion, PutForm, ReadStep, Reservation, RoomStep, SealStep, Sealed, SlotId, Store,
-    StoreConfig, StoreCounters, TierMove, TierUsage, Unprepared,
+    Comparison, Dedup, Demotion, DiskRead, Draft, Filling, GpuConfig, GpuPolicy, GpuRead,
+    PinnedRead, Prepared, Promotion, PutForm, ReadStep, Reservation, RoomStep, SealStep, Sealed,
+    SlotId, Store, StoreConfig, StoreCounters, TierMove, TierUsage, Unprepared,
 };
 pub use tier::TierBackend;
 pub use units::{ByteCount, TokenCount};

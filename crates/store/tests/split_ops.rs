@@ -163,7 +163,7 @@ fn run(ops: Vec<Op>, with_disk: bool) -> Result<(), TestCaseError> {
                         let block = store.finish_disk_read(d, outcome).unwrap();
                         prop_assert_eq!(&block.bytes()[HEADER_LEN..], &contents[c][..]);
                     }
-                    ReadStep::InPlace(_) => unreachable!("no GPU tier here"),
+                    ReadStep::Gpu(_) | ReadStep::InPlace(_) => unreachable!("no GPU tier here"),
                 }
             }
             Op::EndRead(i) => {
@@ -223,7 +223,7 @@ fn run(ops: Vec<Op>, with_disk: bool) -> Result<(), TestCaseError> {
                 let b = store.finish_disk_read(d, outcome).unwrap();
                 (b.bytes().to_vec(), Tier::Disk)
             }
-            ReadStep::InPlace(_) => unreachable!("no GPU tier here"),
+            ReadStep::Gpu(_) | ReadStep::InPlace(_) => unreachable!("no GPU tier here"),
         };
         prop_assert_eq!(&bytes[HEADER_LEN..], &contents[*c][..]);
     }

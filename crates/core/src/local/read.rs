@@ -1,13 +1,14 @@
 //! Reads of held blocks with no byte work under the lock: a host block is served from its
 //! place in the arena (no copy), pinned until the last view of it is dropped (the HTTP body
 //! sent, the transport done); a disk block is read and verified outside the lock, then
-//! promoted when room can be made.
+//! promoted when room can be made; a GPU block is copied off the device and verified outside
+//! the lock.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use kvfabric_store::{
-    BlockId, NamespaceKey, PinnedRead, ReadStep, StoreError, Tier, VerifiedBlock,
+    BlockId, NamespaceKey, PinnedRead, ReadStep, SlotId, Store, StoreError, Tier, VerifiedBlock,
 };
 
 use super::{block_in_place, Local, LocalError, LocalNode};
@@ -162,18 +163,21 @@ impl LocalNode {
                 ReadStep::Disk(d) => {
                     let slot = d.slot();
                     let outcome = block_in_place(|| d.run());
-                    let done = self.with(|l| match l.store.finish_disk_read(d, outcome) {
-                        Ok(b) => Ok(Some(b)),
-                        Err(StoreError::Corrupt { .. }) => {
-                            l.forget_slot(&ns, id, slot);
-                            Ok(None)
-                        }
-                        Err(e) => Err(e.into()),
-                    });
-                    self.room.notify_waiters();
-                    if let Some(block) = done? {
+                    let done = self.finish_outside(&ns, id, slot, |store| {
+                        store.finish_disk_read(d, outcome)
+                    })?;
+                    if let Some(block) = done {
                         self.promote(slot, &block);
                         return Ok(Some(owned(block, Tier::Disk)));
+                    }
+                }
+                ReadStep::Gpu(d) => {
+                    let slot = d.slot();
+                    let outcome = block_in_place(|| d.run());
+                    let done = self
+                        .finish_outside(&ns, id, slot, |store| store.finish_gpu_read(d, outcome))?;
+                    if let Some(block) = done {
+                        return Ok(Some(owned(block, Tier::Gpu)));
                     }
                 }
                 ReadStep::InPlace(slot) => {
@@ -191,6 +195,30 @@ impl LocalNode {
                 }
             }
         }
+    }
+}
+
+impl LocalNode {
+    /// Hands a read run outside the lock back to the store (`finish`): the block, or `None`
+    /// when it did not verify and was quarantined (the slot is forgotten; the caller tries the
+    /// next one).
+    fn finish_outside(
+        &self,
+        ns: &NamespaceKey,
+        id: &BlockId,
+        slot: SlotId,
+        finish: impl FnOnce(&mut Store) -> Result<VerifiedBlock, StoreError>,
+    ) -> Result<Option<VerifiedBlock>, LocalError> {
+        let done = self.with(|l| match finish(&mut l.store) {
+            Ok(b) => Ok(Some(b)),
+            Err(StoreError::Corrupt { .. }) => {
+                l.forget_slot(ns, id, slot);
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        });
+        self.room.notify_waiters();
+        done
     }
 }
 

@@ -113,6 +113,7 @@ impl LocalNode {
             match l.store.begin_read(slot)? {
                 ReadStep::Disk(d) => Ok(Some(d)),
                 ReadStep::Host(p) => l.store.unpin_read(p).map(|()| None).map_err(Into::into),
+                ReadStep::Gpu(g) => l.store.drop_gpu_read(g).map(|()| None).map_err(Into::into),
                 ReadStep::InPlace(_) => Ok(None),
             }
         })?;

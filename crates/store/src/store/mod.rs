@@ -40,7 +40,7 @@ use crate::units::ByteCount;
 pub use counters::StoreCounters;
 pub use draft::Draft;
 pub use moves::TierMove;
-pub use pinned::{DiskRead, PinnedRead, ReadStep};
+pub use pinned::{DiskRead, GpuRead, PinnedRead, ReadStep};
 pub use reserve::{Filling, Prepared, Reservation, Unprepared};
 pub use room::{Demotion, Promotion, RoomStep};
 pub use seal::{Dedup, PutForm, Sealed};

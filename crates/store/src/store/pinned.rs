@@ -1,13 +1,16 @@
 //! Reads whose byte work runs without the store: a host block served from a pinned view of
-//! its bytes (no copy), a disk block read and verified from its segment file.
+//! its bytes (no copy), a disk block read and verified from its segment file, a GPU block
+//! copied off the device and verified.
 //!
 //! [`Store::begin_read`] does the bookkeeping a read needs (the slot's pin, nothing else) and
 //! says how to get the bytes: a [`PinnedRead`] of a host block, which the caller reads (or
 //! serves) for as long as it likes and hands back with [`Store::unpin_read`]; a [`DiskRead`]
 //! to run ([`DiskRead::run`]: `pread` and blake3 on the caller's thread) and hand back with
-//! [`Store::finish_disk_read`], which counts the hit; or, for a GPU block (and a host block
-//! when hits move to the GPU), a plain [`Store::get_slot`] under the caller's borrow. A hit is counted and the policy touched when
-//! the read begins (host) or finishes (disk).
+//! [`Store::finish_disk_read`], which counts the hit; a [`GpuRead`] likewise
+//! ([`GpuRead::run`]: the device copy and blake3 on the caller's thread,
+//! [`Store::finish_gpu_read`]); or, for a host block when hits move to the GPU, a plain
+//! [`Store::get_slot`] under the caller's borrow. A hit is counted and the policy touched when
+//! the read begins (host) or finishes (disk, GPU).
 //!
 //! A pinned slot is never freed or moved, and a sealed slot's bytes are never written, so the
 //! view is stable. A read's pin is counted apart from [`Store::pin`]'s (`reads`), and only its
@@ -19,6 +22,7 @@ use super::{tier_index, SlotId, Store};
 use crate::error::StoreError;
 use crate::handle::Tier;
 use crate::id::{BlockId, NamespaceKey};
+use crate::tier::device::DeviceRead;
 use crate::tier::disk::SegmentRead;
 use crate::tier::host_region::RegionBuf;
 use crate::verified::VerifiedBlock;
@@ -103,6 +107,29 @@ impl DiskRead {
     }
 }
 
+/// A GPU block to copy off the device and verify without the store.
+#[must_use = "a GPU read keeps its block pinned; hand it back with `finish_gpu_read`"]
+pub struct GpuRead {
+    slot: SlotId,
+    id: BlockId,
+    namespace: NamespaceKey,
+    store: u64,
+    read: DeviceRead,
+}
+
+impl GpuRead {
+    /// Copies the block off the device and checks it against its id: the bytes, or
+    /// [`StoreError::HashMismatch`] (which [`Store::finish_gpu_read`] turns into a quarantine).
+    pub fn run(&self) -> Result<Vec<u8>, StoreError> {
+        self.read.run(&self.id)
+    }
+
+    /// The slot read.
+    pub fn slot(&self) -> SlotId {
+        self.slot
+    }
+}
+
 /// How to read one slot (see the module docs).
 #[must_use = "a read step may hold a pin; finish it"]
 pub enum ReadStep {
@@ -110,8 +137,10 @@ pub enum ReadStep {
     Host(PinnedRead),
     /// A disk block: [`DiskRead::run`], then [`Store::finish_disk_read`].
     Disk(DiskRead),
-    /// Another tier, or a host block a hit moves to the GPU: read it with
-    /// [`Store::get_slot`] (it may copy to the device: off the async workers).
+    /// A GPU block: [`GpuRead::run`], then [`Store::finish_gpu_read`].
+    Gpu(GpuRead),
+    /// A host block a hit moves to the GPU (or a device tier whose reads run in place): read
+    /// it with [`Store::get_slot`] (it may copy to the device: off the async workers).
     InPlace(SlotId),
 }
 
@@ -143,7 +172,20 @@ impl Store {
                     read,
                 }))
             }
-            Tier::Gpu => Ok(ReadStep::InPlace(slot)),
+            Tier::Gpu => {
+                let gpu = self.gpu.as_deref().expect("a GPU slot has a GPU tier");
+                let Some(read) = gpu.device_read(&handle)? else {
+                    return Ok(ReadStep::InPlace(slot));
+                };
+                self.pin_read(slot)?;
+                Ok(ReadStep::Gpu(GpuRead {
+                    slot,
+                    id,
+                    namespace,
+                    store: self.instance,
+                    read,
+                }))
+            }
         }
     }
 
@@ -155,15 +197,44 @@ impl Store {
         outcome: Result<Vec<u8>, StoreError>,
     ) -> Result<VerifiedBlock, StoreError> {
         self.check_mine(d.store)?;
-        self.unpin_slot_read(d.slot)?;
+        self.finish_detached(d.slot, d.id, d.namespace, Tier::Disk, outcome)
+    }
+
+    /// Ends a GPU read as [`Store::finish_disk_read`] ends a disk read (the block is already
+    /// on the top tier).
+    pub fn finish_gpu_read(
+        &mut self,
+        d: GpuRead,
+        outcome: Result<Vec<u8>, StoreError>,
+    ) -> Result<VerifiedBlock, StoreError> {
+        self.check_mine(d.store)?;
+        self.finish_detached(d.slot, d.id, d.namespace, Tier::Gpu, outcome)
+    }
+
+    /// Gives up a GPU read without counting it.
+    pub fn drop_gpu_read(&mut self, d: GpuRead) -> Result<(), StoreError> {
+        self.check_mine(d.store)?;
+        self.unpin_slot_read(d.slot)
+    }
+
+    /// Unpins a read run outside the store and counts its hit; a mismatch is read again here,
+    /// where the tier quarantines what does not verify (and serves what does, should the
+    /// mismatch have been a torn read of a moved entry).
+    fn finish_detached(
+        &mut self,
+        slot: SlotId,
+        id: BlockId,
+        namespace: NamespaceKey,
+        tier: Tier,
+        outcome: Result<Vec<u8>, StoreError>,
+    ) -> Result<VerifiedBlock, StoreError> {
+        self.unpin_slot_read(slot)?;
         match outcome {
             Ok(bytes) => {
-                self.count_hit(d.slot, Tier::Disk);
-                Ok(VerifiedBlock::checked(d.id, d.namespace, bytes))
+                self.count_hit(slot, tier);
+                Ok(VerifiedBlock::checked(id, namespace, bytes))
             }
-            // Read again here: the tier quarantines what does not verify (and serves what
-            // does, should the mismatch have been a torn read of a moved entry).
-            Err(StoreError::HashMismatch { .. }) => self.read(d.slot),
+            Err(StoreError::HashMismatch { .. }) => self.read(slot),
             Err(e) => Err(e),
         }
     }

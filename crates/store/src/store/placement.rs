@@ -159,8 +159,13 @@ impl Store {
         if !(self.gpu_policy.puts && tier == Tier::Host && self.gpu.is_some()) {
             return Ok(tier);
         }
-        let bytes = self.read_slot(slot)?;
-        self.raise(slot, &bytes, Tier::Gpu)?;
+        // Copied to the device from its place in the arena, not through a buffer of its own.
+        let handle = s.handle;
+        let region = self.host.region(&handle)?;
+        // SAFETY: a sealed slot's bytes are never written, and `raise` pins the slot while it
+        // makes room, then frees its host range only after the bytes are on the device.
+        let bytes = unsafe { region.slice(handle.offset as usize, handle.len.as_usize()) };
+        self.raise(slot, bytes, Tier::Gpu)?;
         Ok(self.slot(slot)?.handle.tier)
     }
 

@@ -124,7 +124,10 @@ impl Store {
             _ => match self.begin_read(slot)? {
                 ReadStep::Disk(d) => Ok(Against::Disk(d)),
                 ReadStep::Host(p) => Ok(Against::Host(p)),
-                ReadStep::InPlace(_) => unreachable!("GPU blocks are compared in place"),
+                // Never asked: `seal_prepared` compares GPU blocks in place.
+                ReadStep::Gpu(_) | ReadStep::InPlace(_) => {
+                    unreachable!("GPU blocks are compared in place")
+                }
             },
         }
     }

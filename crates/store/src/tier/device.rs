@@ -2,16 +2,24 @@
 //! regions of device memory (first fit, by the shared [`RegionBook`]), remembers each block's
 //! namespace and verifies every read-back against the block's id, over any [`DeviceMemory`].
 //!
+//! A read need not hold the tier: [`DeviceTier`]'s [`TierBackend::device_read`] hands out a
+//! [`DeviceRead`] (the block's region, shared, and where the block sits in it) that copies the
+//! bytes off the device piece by piece on two threads, hashing each piece while it is in cache
+//! ([`crate::hash_parallel`]), on the caller's thread, while the store serves other requests.
+//!
 //! The GPU tier is this over CUDA memory (`gpu::CudaMemory`, the `cuda` feature). With the
 //! `testing` feature, [`HostMemory`] puts the same tier over plain host buffers, so that the
 //! tier's rules and the store's GPU placement policy are tested on machines with no device;
 //! no configuration can choose it (only [`crate::Store::open_with`] takes a backend).
 
 use std::collections::HashMap;
+use std::mem::MaybeUninit;
+use std::sync::Arc;
 
 use crate::error::StoreError;
 use crate::handle::{Handle, Tier};
-use crate::id::{Blake3Ids, BlockId, IdHasher, NamespaceKey};
+use crate::hash_parallel::{fill_and_hash_two_threads, TWO_THREADS_MIN_BYTES};
+use crate::id::{BlockId, NamespaceKey, StreamingId};
 use crate::tier::regions::RegionBook;
 use crate::tier::TierBackend;
 use crate::units::ByteCount;
@@ -28,8 +36,91 @@ pub trait DeviceMemory: Send {
     /// Copies `bytes` into region `region` at `offset`; the copy is complete on return.
     fn copy_in(&mut self, region: u32, offset: u64, bytes: &[u8]) -> Result<(), StoreError>;
 
-    /// Copies `out.len()` bytes from region `region` at `offset` into `out`.
-    fn copy_out(&mut self, region: u32, offset: u64, out: &mut [u8]) -> Result<(), StoreError>;
+    /// Region `region`, shared, for reads that copy out of it without the tier.
+    fn region(&self, region: u32) -> Result<Arc<dyn RegionCopyOut>, StoreError>;
+}
+
+/// One region of device memory, read from any thread (copies of disjoint or equal ranges may
+/// run at once; the tier never writes a range a read may be copying: the store pins a slot
+/// being read, and a pinned slot is neither freed nor moved).
+pub trait RegionCopyOut: Send + Sync {
+    /// Copies `out.len()` bytes at `offset` into `out`, every byte written on `Ok`; the copy is
+    /// complete on return.
+    fn copy_out(&self, offset: u64, out: &mut [MaybeUninit<u8>]) -> Result<(), StoreError>;
+}
+
+/// Bytes copied off the device and hashed per call (each thread's piece).
+const READ_PIECE_BYTES: usize = crate::hash_parallel::PIECE_BYTES;
+
+/// A device block's read that runs without the tier or the store ([`TierBackend::device_read`]).
+pub struct DeviceRead {
+    region: Arc<dyn RegionCopyOut>,
+    region_index: u32,
+    offset: u64,
+    len: usize,
+    namespace: NamespaceKey,
+}
+
+impl DeviceRead {
+    /// Copies the block off the device and checks it against `id`: the bytes, or
+    /// [`StoreError::HashMismatch`] (the store then reads it again under its lock, which
+    /// quarantines what still does not verify).
+    pub fn run(&self, id: &BlockId) -> Result<Vec<u8>, StoreError> {
+        let (bytes, found) = self.copy_and_hash()?;
+        if found != *id {
+            return Err(StoreError::HashMismatch { id: *id, found });
+        }
+        Ok(bytes)
+    }
+
+    /// The bytes and their id under the block's namespace. Not zeroed first: each piece is
+    /// written once, by the device copy.
+    fn copy_and_hash(&self) -> Result<(Vec<u8>, BlockId), StoreError> {
+        let n = self.len;
+        let mut buf: Vec<u8> = Vec::with_capacity(n);
+        let fill = |piece: &mut [MaybeUninit<u8>], at: usize| {
+            self.region.copy_out(self.offset + at as u64, piece)
+        };
+        if n >= TWO_THREADS_MIN_BYTES {
+            // SAFETY: `copy_out` writes every byte of the piece before returning Ok.
+            let done = unsafe {
+                fill_and_hash_two_threads(
+                    &self.namespace,
+                    &mut buf.spare_capacity_mut()[..n],
+                    &fill,
+                )
+            };
+            if let Some(done) = done {
+                let id = done?;
+                // SAFETY: Ok means every byte of [0, n) was written by `copy_out`.
+                unsafe { buf.set_len(n) };
+                return Ok((buf, id));
+            }
+        }
+        let mut hasher = StreamingId::new(&self.namespace);
+        let mut at = 0;
+        while at < n {
+            // The spare capacity starts at `at`, the bytes written so far.
+            let piece = &mut buf.spare_capacity_mut()[..READ_PIECE_BYTES.min(n - at)];
+            let len = piece.len();
+            fill(piece, at)?;
+            // SAFETY: `copy_out` wrote every byte of [at, at + len).
+            unsafe { buf.set_len(at + len) };
+            hasher.update(&buf[at..]);
+            at += len;
+        }
+        Ok((buf, hasher.finalize()))
+    }
+}
+
+impl std::fmt::Debug for DeviceRead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceRead")
+            .field("region", &self.region_index)
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .finish()
+    }
 }
 
 /// A [`Tier::Gpu`] tier over `M`'s memory.
@@ -96,12 +187,8 @@ impl<M: DeviceMemory> TierBackend for DeviceTier<M> {
     }
 
     fn read(&mut self, handle: &Handle, id: &BlockId) -> Result<Vec<u8>, StoreError> {
-        self.book.check(handle)?;
-        let mut out = vec![0u8; handle.len.as_usize()];
-        self.memory
-            .copy_out(handle.region.0, handle.offset, &mut out)?;
-        let ns = self.namespaces[&(handle.region.0, handle.offset)];
-        let found = Blake3Ids.id(&ns, &[&out]);
+        let read = self.detached(handle)?;
+        let (out, found) = read.copy_and_hash()?;
         if found != *id {
             // Quarantined: the space is given back (nothing on a device outlives the process)
             // and the handle is dead, as the store expects of a corrupt read.
@@ -120,6 +207,25 @@ impl<M: DeviceMemory> TierBackend for DeviceTier<M> {
         self.book.release(handle)?;
         self.namespaces.remove(&(handle.region.0, handle.offset));
         Ok(())
+    }
+
+    fn device_read(&self, handle: &Handle) -> Result<Option<DeviceRead>, StoreError> {
+        self.detached(handle).map(Some)
+    }
+}
+
+impl<M: DeviceMemory> DeviceTier<M> {
+    /// The read of a live block at `handle`, to run with or without the tier.
+    fn detached(&self, handle: &Handle) -> Result<DeviceRead, StoreError> {
+        self.book.check(handle)?;
+        let namespace = self.namespaces[&(handle.region.0, handle.offset)];
+        Ok(DeviceRead {
+            region: self.memory.region(handle.region.0)?,
+            region_index: handle.region.0,
+            offset: handle.offset,
+            len: handle.len.as_usize(),
+            namespace,
+        })
     }
 }
 
@@ -183,8 +289,34 @@ impl DeviceMemory for HostMemory {
         })
     }
 
-    fn copy_out(&mut self, region: u32, offset: u64, out: &mut [u8]) -> Result<(), StoreError> {
-        self.range(region, offset, out.len(), |src| out.copy_from_slice(src))
+    fn region(&self, region: u32) -> Result<Arc<dyn RegionCopyOut>, StoreError> {
+        if region as usize >= self.regions() {
+            return Err(StoreError::Gpu(format!("no region {region}")));
+        }
+        Ok(Arc::new(HostRegion {
+            memory: self.clone(),
+            region,
+        }))
+    }
+}
+
+/// One region of [`HostMemory`].
+#[cfg(any(test, feature = "testing"))]
+struct HostRegion {
+    memory: HostMemory,
+    region: u32,
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl RegionCopyOut for HostRegion {
+    fn copy_out(&self, offset: u64, out: &mut [MaybeUninit<u8>]) -> Result<(), StoreError> {
+        self.memory.range(self.region, offset, out.len(), |src| {
+            // SAFETY: `src` and `out` are `out.len()` bytes each and do not overlap (one is
+            // the memory's, the other the caller's).
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), out.as_mut_ptr().cast(), out.len())
+            }
+        })
     }
 }
 
@@ -217,6 +349,28 @@ mod tests {
             "the quarantined copy's room is given back"
         );
         assert!(t.read(&h, &id).is_err(), "its handle is dead");
+    }
+
+    /// A read handed out by the tier runs without it, on the one-thread path and the
+    /// two-thread one, and a damaged byte is a mismatch, not bytes.
+    #[test]
+    fn a_detached_read_copies_and_verifies_without_the_tier() {
+        let mut t = DeviceTier::new(HostMemory::default(), ByteCount(16 << 20), 8 << 20);
+        for (seed, len) in [(7, 300_000), (8, 3 << 20)] {
+            let (id, ns, bytes) = conformance::block(seed, len);
+            let h = t.write(&id, &ns, &bytes).unwrap();
+            let read = t
+                .device_read(&h)
+                .unwrap()
+                .expect("a device tier reads detached");
+            let copied = std::thread::spawn(move || read.run(&id)).join().unwrap();
+            assert!(copied.unwrap() == bytes, "{len} bytes back as written");
+            t.memory_mut().flip(h.region.0, h.offset + len as u64 - 1);
+            match t.device_read(&h).unwrap().unwrap().run(&id) {
+                Err(StoreError::HashMismatch { id: bad, .. }) => assert_eq!(bad, id),
+                other => panic!("expected HashMismatch, found {other:?}"),
+            }
+        }
     }
 
     #[test]

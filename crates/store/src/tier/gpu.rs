@@ -6,15 +6,18 @@
 //! panicking. Device memory is taken in regions (one `cuMemAlloc` each) and placed first-fit
 //! by the device tier; reads copy back to the host and are verified against the block id
 //! before they are returned (a read-back across a device boundary is exactly where wrong KV
-//! gets served silently).
+//! gets served silently). Every copy runs on the calling thread's own stream and is waited
+//! for, so reads outside the store's lock ([`crate::tier::device::DeviceRead`]) copy at once.
 
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::{CudaContext, CudaSlice, DevicePtr, DriverError};
 
 use crate::error::StoreError;
 use crate::handle::Tier;
-use crate::tier::device::{DeviceMemory, DeviceTier};
+use crate::tier::device::{DeviceMemory, DeviceTier, RegionCopyOut};
 use crate::tier::gpu_probe::GpuProbe;
 use crate::units::ByteCount;
 
@@ -40,11 +43,22 @@ pub(crate) fn probe() -> GpuProbe {
     }
 }
 
-/// CUDA device memory on one GPU: regions from `cuMemAlloc`, synchronous copies on the
-/// context's default stream.
+/// CUDA device memory on one GPU: regions from `cuMemAlloc`, each copy on the calling
+/// thread's own stream (CUDA's per-thread stream) and waited for, so reads on many threads
+/// copy at once.
 pub struct CudaMemory {
-    stream: Arc<CudaStream>,
-    regions: Vec<CudaSlice<u8>>,
+    ctx: Arc<CudaContext>,
+    regions: Vec<Arc<CudaRegion>>,
+}
+
+/// One region of device memory: the allocation (freed when the last holder, the tier or a
+/// read in flight, lets go) and its address.
+struct CudaRegion {
+    ctx: Arc<CudaContext>,
+    /// Owns the allocation; only its address is used once taken.
+    _memory: CudaSlice<u8>,
+    base: CUdeviceptr,
+    len: u64,
 }
 
 /// The GPU tier: the device tier over CUDA memory.
@@ -66,8 +80,12 @@ pub fn open(ordinal: usize, capacity: ByteCount, region_bytes: u64) -> Result<Gp
         GpuProbe::Unavailable { reason } => return Err(unavailable(reason)),
     }
     let ctx = CudaContext::new(ordinal).map_err(|e| unavailable(format!("context: {e}")))?;
+    // SAFETY: every copy waits for its stream before it returns, and a region is allocated
+    // (and zeroed, and waited for) before any copy sees it, so cudarc's per-slice events
+    // order nothing that is not already ordered.
+    unsafe { ctx.disable_event_tracking() };
     let memory = CudaMemory {
-        stream: ctx.default_stream(),
+        ctx,
         regions: Vec::new(),
     };
     Ok(DeviceTier::new(memory, capacity, region_bytes))
@@ -77,21 +95,126 @@ fn gpu_err(what: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Gpu(format!("{what}: {e}"))
 }
 
-impl CudaMemory {
-    fn region(&self, region: u32) -> Result<&CudaSlice<u8>, StoreError> {
-        self.regions
-            .get(region as usize)
-            .ok_or_else(|| StoreError::Gpu(format!("no device region {region}")))
+impl CudaRegion {
+    /// The device address of `len` bytes at `offset`, or an error if they run past the end.
+    fn at(&self, offset: u64, len: usize) -> Result<CUdeviceptr, StoreError> {
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= self.len => Ok(self.base + offset),
+            _ => Err(StoreError::Gpu(format!(
+                "{len} bytes at {offset} run past a region of {}",
+                self.len
+            ))),
+        }
+    }
+
+    /// Runs `copy` on this thread's stream and waits for it.
+    fn on_thread_stream(
+        &self,
+        what: &str,
+        copy: impl FnOnce(cudarc::driver::sys::CUstream) -> Result<(), DriverError>,
+    ) -> Result<(), StoreError> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| gpu_err("context", e))?;
+        let stream = self.ctx.per_thread_stream();
+        copy(stream.cu_stream()).map_err(|e| gpu_err(what, e))?;
+        stream.synchronize().map_err(|e| gpu_err("synchronize", e))
+    }
+}
+
+/// Bytes of each thread's page-locked staging buffer.
+const STAGING_BYTES: usize = 256 << 10;
+
+/// A page-locked host buffer of one thread's, through which that thread's reads come off the
+/// device: a copy into pageable memory is staged by the driver through buffers its threads
+/// share, so reads on many threads would take turns; each with its own copies at once.
+struct Staging {
+    ctx: Arc<CudaContext>,
+    ptr: *mut u8,
+}
+
+impl Staging {
+    fn new(ctx: &Arc<CudaContext>) -> Result<Staging, StoreError> {
+        ctx.bind_to_thread().map_err(|e| gpu_err("context", e))?;
+        // SAFETY: a plain page-locked allocation (not write-combined: the CPU reads it back),
+        // freed by `Drop` with its context bound.
+        let ptr = unsafe { cudarc::driver::result::malloc_host(STAGING_BYTES, 0) }
+            .map_err(|e| gpu_err("page-locked staging buffer", e))?;
+        Ok(Staging {
+            ctx: Arc::clone(ctx),
+            ptr: ptr.cast(),
+        })
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: allocated by `malloc_host` in this context; no copy is in flight (each
+            // is waited for).
+            let _ = unsafe { cudarc::driver::result::free_host(self.ptr.cast()) };
+        }
+    }
+}
+
+thread_local! {
+    /// This thread's staging buffer, made on its first read.
+    static STAGING: std::cell::RefCell<Option<Staging>> = const { std::cell::RefCell::new(None) };
+}
+
+impl RegionCopyOut for CudaRegion {
+    fn copy_out(&self, offset: u64, out: &mut [MaybeUninit<u8>]) -> Result<(), StoreError> {
+        let src = self.at(offset, out.len())?;
+        STAGING.with(|cell| {
+            let mut cell = cell.borrow_mut();
+            let staging = match &mut *cell {
+                Some(s) if Arc::ptr_eq(&s.ctx, &self.ctx) => s,
+                slot => slot.insert(Staging::new(&self.ctx)?),
+            };
+            let mut at = 0;
+            for piece in out.chunks_mut(STAGING_BYTES) {
+                let len = piece.len();
+                self.on_thread_stream("copy to host", |stream| {
+                    // SAFETY: `src + at` is `len` bytes inside this live allocation, and the
+                    // staging buffer holds `STAGING_BYTES >= len`; waited for before return.
+                    unsafe {
+                        cudarc::driver::sys::cuMemcpyDtoHAsync_v2(
+                            staging.ptr.cast(),
+                            src + at as u64,
+                            len,
+                            stream,
+                        )
+                        .result()
+                    }
+                })?;
+                // SAFETY: the copy above wrote `len` bytes of the staging buffer and is done;
+                // `piece` is the caller's, `len` bytes, not overlapping it.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(staging.ptr, piece.as_mut_ptr().cast(), len)
+                };
+                at += len;
+            }
+            Ok(())
+        })
     }
 }
 
 impl DeviceMemory for CudaMemory {
     fn alloc(&mut self, bytes: u64) -> Result<(), StoreError> {
-        let mem = self
-            .stream
+        let stream = self.ctx.default_stream();
+        let memory = stream
             .alloc_zeros::<u8>(bytes as usize)
             .map_err(|e| gpu_err("device allocation", e))?;
-        self.regions.push(mem);
+        stream
+            .synchronize()
+            .map_err(|e| gpu_err("synchronize", e))?;
+        let (base, _) = memory.device_ptr(&stream);
+        self.regions.push(Arc::new(CudaRegion {
+            ctx: Arc::clone(&self.ctx),
+            _memory: memory,
+            base,
+            len: bytes,
+        }));
         Ok(())
     }
 
@@ -100,26 +223,26 @@ impl DeviceMemory for CudaMemory {
     }
 
     fn copy_in(&mut self, region: u32, offset: u64, bytes: &[u8]) -> Result<(), StoreError> {
-        self.region(region)?;
-        let start = offset as usize;
-        let mut dst = self.regions[region as usize].slice_mut(start..start + bytes.len());
-        self.stream
-            .memcpy_htod(bytes, &mut dst)
-            .map_err(|e| gpu_err("copy to device", e))?;
-        self.stream
-            .synchronize()
-            .map_err(|e| gpu_err("synchronize", e))
+        let r = self.cuda_region(region)?;
+        let dst = r.at(offset, bytes.len())?;
+        r.on_thread_stream("copy to device", |stream| {
+            // SAFETY: `dst` is `bytes.len()` bytes inside this live allocation, which no read
+            // is copying (the tier writes only a free range); waited for before return.
+            unsafe { cudarc::driver::result::memcpy_htod_async(dst, bytes, stream) }
+        })
     }
 
-    fn copy_out(&mut self, region: u32, offset: u64, out: &mut [u8]) -> Result<(), StoreError> {
-        let start = offset as usize;
-        let src = self.region(region)?.slice(start..start + out.len());
-        self.stream
-            .memcpy_dtoh(&src, out)
-            .map_err(|e| gpu_err("copy to host", e))?;
-        self.stream
-            .synchronize()
-            .map_err(|e| gpu_err("synchronize", e))
+    fn region(&self, region: u32) -> Result<Arc<dyn RegionCopyOut>, StoreError> {
+        Ok(self.cuda_region(region)? as Arc<dyn RegionCopyOut>)
+    }
+}
+
+impl CudaMemory {
+    fn cuda_region(&self, region: u32) -> Result<Arc<CudaRegion>, StoreError> {
+        self.regions
+            .get(region as usize)
+            .cloned()
+            .ok_or_else(|| StoreError::Gpu(format!("no device region {region}")))
     }
 }
 
@@ -138,6 +261,27 @@ mod tests {
             }
             Err(e) => panic!("unexpected error {e}"),
         }
+    }
+
+    /// Needs a GPU: eight DeepSeek-V3-sized blocks read back at once, each on its own thread
+    /// (each copying on its own stream) without the tier, every byte as written.
+    #[test]
+    #[ignore = "needs a CUDA device"]
+    fn gpu_detached_reads_run_at_once_on_many_threads() {
+        use crate::tier::{conformance, TierBackend};
+        let mut t = open(0, ByteCount(64 << 20), 32 << 20).expect("a CUDA device");
+        let blocks: Vec<_> = (0..8)
+            .map(|i| {
+                let (id, ns, bytes) = conformance::block(20 + i, 4_497_472);
+                let h = t.write(&id, &ns, &bytes).unwrap();
+                (id, bytes, t.device_read(&h).unwrap().expect("detached"))
+            })
+            .collect();
+        std::thread::scope(|s| {
+            for (id, bytes, read) in &blocks {
+                s.spawn(move || assert!(read.run(id).unwrap() == *bytes, "block {id}"));
+            }
+        });
     }
 
     /// Needs a GPU: `cargo test -p kvfabric-store --features cuda -- --ignored gpu`.

@@ -50,4 +50,11 @@ pub trait TierBackend: Send {
 
     /// Releases the allocation at `handle`.
     fn free(&mut self, handle: &Handle) -> Result<(), StoreError>;
+
+    /// A read of the block at `handle` that runs without this tier (a device tier's copy off
+    /// the device and hash, on the caller's thread: [`device::DeviceRead`]), or `None` for a
+    /// tier whose reads run through [`TierBackend::read`] only.
+    fn device_read(&self, _handle: &Handle) -> Result<Option<device::DeviceRead>, StoreError> {
+        Ok(None)
+    }
 }
