@@ -90,3 +90,53 @@ fn cancel_gives_room_back_and_mismatched_geometry_is_refused() {
     );
     assert!(s.is_empty());
 }
+
+/// A large canonical put is hashed on a thread of its own a span behind the copy
+/// (`fill_hasher`): filled in pieces of every awkward size, its id is the one-pass id of its
+/// bytes; a filling cancelled halfway stops that thread before its room is handed out again,
+/// and the next put into the same room seals as its own bytes.
+#[test]
+fn a_large_put_hashed_behind_the_copy_has_its_one_pass_id() {
+    use kvfabric_store::geometry::preset::builtin_preset;
+    use kvfabric_store::store::PutHashing;
+    use kvfabric_store::{Blake3Ids, IdHasher, SealStep, HEADER_LEN};
+    let g = builtin_preset("deepseek-v3").unwrap();
+    let ns = NamespaceKey::derive("t");
+    let mut s = Store::open(StoreConfig::host_only(ByteCount(12 << 20))).unwrap();
+    for (seed, pieces) in [
+        (1u64, [1usize, 65_535, 262_145, 7]),
+        (2, [4096, 1 << 20, 3, 99_999]),
+    ] {
+        let p = payload(&g, seed);
+        // Cancelled halfway: the thread is stopped, the room given back.
+        let mut f = s
+            .reserve(&g)
+            .unwrap()
+            .fill_as(&ns, &g, PutForm::Canonical, PutHashing::OwnThread)
+            .unwrap();
+        f.write(&p[..p.len() / 2]).unwrap();
+        s.cancel(f.into_reservation()).unwrap();
+        // Filled in pieces of the given sizes, round and round.
+        let mut f = s
+            .reserve(&g)
+            .unwrap()
+            .fill_as(&ns, &g, PutForm::Canonical, PutHashing::OwnThread)
+            .unwrap();
+        let mut at = 0;
+        for n in pieces.iter().cycle() {
+            if at == p.len() {
+                break;
+            }
+            let end = (at + n).min(p.len());
+            f.write(&p[at..end]).unwrap();
+            at = end;
+        }
+        let prepared = f.finish().unwrap();
+        let SealStep::Sealed(sealed) = s.seal_prepared(prepared).unwrap() else {
+            panic!("a new block seals without a comparison");
+        };
+        let mut block = s.read(sealed.slot).unwrap().into_bytes();
+        assert_eq!(sealed.id, Blake3Ids.id(&ns, &[&block]), "the one-pass id");
+        assert!(block.split_off(HEADER_LEN) == p, "the bytes written");
+    }
+}

@@ -14,6 +14,7 @@
 
 mod counters;
 mod draft;
+mod fill_hasher;
 mod moves;
 mod pinned;
 mod placement;
@@ -41,7 +42,7 @@ pub use counters::StoreCounters;
 pub use draft::Draft;
 pub use moves::TierMove;
 pub use pinned::{DiskRead, GpuRead, PinnedRead, ReadStep};
-pub use reserve::{Filling, Prepared, Reservation, Unprepared};
+pub use reserve::{Filling, Prepared, PutHashing, Reservation, Unprepared};
 pub use room::{Demotion, Promotion, RoomStep};
 pub use seal::{Dedup, PutForm, Sealed};
 pub use seal_split::{Comparison, SealStep};

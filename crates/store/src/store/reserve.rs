@@ -7,7 +7,8 @@
 //! be sealed or cancelled.
 //!
 //! Sealing is split so that the expensive part needs no store either: [`Reservation::fill`]
-//! copies the payload in and hashes it in the same pass (a canonical put), and
+//! copies the payload in and hashes it as it goes (a canonical put: a large one on a thread
+//! of its own, a span behind the copy, [`super::fill_hasher`]), and
 //! [`Filling::finish`] (or [`Reservation::prepare`]) writes the header, un-rotates a rotated
 //! put and hashes, giving a [`Prepared`] block whose id the store computed from the bytes
 //! that sit there. The store then only decides dedup ([`Store::seal_prepared`], in
@@ -15,6 +16,7 @@
 
 use std::sync::Arc;
 
+use super::fill_hasher::{cores_to_spare, FillHasher, PIPELINE_MIN_BYTES};
 use super::seal_split::SealStep;
 use super::{PutForm, Sealed, Store};
 use crate::block::{BlockHeader, HEADER_LEN};
@@ -92,19 +94,52 @@ impl Reservation {
         &mut self.block_mut()[HEADER_LEN..]
     }
 
+    /// `len` payload bytes at `at`, borrowed alone (a filling's hashing thread may be reading
+    /// the bytes before them). Panics past the payload, as slicing does.
+    fn payload_range_mut(&mut self, at: usize, len: usize) -> &mut [u8] {
+        assert!(
+            at + len <= self.payload_len() as usize,
+            "{len} bytes at {at} run past the payload"
+        );
+        // SAFETY: inside this reservation's range, which only it touches; `&mut self` excludes
+        // every other borrow of it here, and a hashing thread reads only bytes before `at`.
+        unsafe {
+            self.region
+                .slice_mut(self.handle.offset as usize + HEADER_LEN + at, len)
+        }
+    }
+
     /// Payload bytes the block has room for.
     pub fn payload_len(&self) -> u64 {
         self.handle.len.0 - HEADER_LEN as u64
     }
 
     /// Starts filling the payload front to back. A canonical put is hashed while it is copied
-    /// in (one pass, each piece still in cache); a rotated one is hashed by
-    /// [`Filling::finish`] after it is un-rotated.
+    /// in: a large one on a machine with cores to spare on a thread of its own, span by span
+    /// behind the copy ([`PutHashing::OwnThread`]), others in the same pass, each piece still
+    /// in cache ([`PutHashing::SamePass`]); a rotated one is hashed by [`Filling::finish`]
+    /// after it is un-rotated.
     pub fn fill(
+        self,
+        namespace: &NamespaceKey,
+        geometry: &ModelGeometry,
+        form: PutForm,
+    ) -> Result<Filling, Box<Unprepared>> {
+        let hashing = if self.handle.len.as_usize() >= PIPELINE_MIN_BYTES && cores_to_spare() {
+            PutHashing::OwnThread
+        } else {
+            PutHashing::SamePass
+        };
+        self.fill_as(namespace, geometry, form, hashing)
+    }
+
+    /// [`Reservation::fill`] with the hashing of a canonical put chosen by the caller.
+    pub fn fill_as(
         mut self,
         namespace: &NamespaceKey,
         geometry: &ModelGeometry,
         form: PutForm,
+        hashing: PutHashing,
     ) -> Result<Filling, Box<Unprepared>> {
         if let Err(error) = self.check_geometry(geometry) {
             return Err(Box::new(Unprepared {
@@ -114,11 +149,23 @@ impl Reservation {
         }
         let header = BlockHeader::for_geometry(geometry).encode();
         self.block_mut()[..HEADER_LEN].copy_from_slice(&header);
-        let stream = match form {
+        let mut stream = match form {
             PutForm::Canonical => Some(self.hasher.begin(namespace)),
             PutForm::Rotated { .. } => None,
         };
+        let mut pipeline = None;
+        if hashing == PutHashing::OwnThread {
+            if let Some(s) = stream.take() {
+                let region = Arc::clone(&self.region);
+                match FillHasher::start(region, self.handle.offset as usize, s) {
+                    Some(p) => pipeline = Some(p),
+                    // No thread: hashed in the same pass, from the start.
+                    None => stream = Some(self.hasher.begin(namespace)),
+                }
+            }
+        }
         Ok(Filling {
+            pipeline,
             reservation: self,
             namespace: *namespace,
             geometry: geometry.clone(),
@@ -137,7 +184,7 @@ impl Reservation {
         geometry: &ModelGeometry,
         form: PutForm,
     ) -> Result<Prepared, Box<Unprepared>> {
-        let mut f = self.fill(namespace, geometry, form)?;
+        let mut f = self.fill_as(namespace, geometry, form, PutHashing::SamePass)?;
         f.written = f.reservation.payload_len();
         f.finish()
     }
@@ -153,13 +200,26 @@ impl Reservation {
     }
 }
 
+/// Where a canonical put's bytes are hashed as they are copied in ([`Reservation::fill_as`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutHashing {
+    /// On the copying thread, each piece right after its copy.
+    SamePass,
+    /// On a thread of its own, a span behind the copy ([`super::fill_hasher`]); the same pass
+    /// when no thread can be started.
+    OwnThread,
+}
+
 /// A reservation being filled in order, hashed as it fills.
 pub struct Filling {
+    /// The hashing thread of a large canonical put (first, so that it is stopped before the
+    /// reservation is given up, however the filling ends).
+    pipeline: Option<FillHasher>,
     reservation: Reservation,
     namespace: NamespaceKey,
     geometry: ModelGeometry,
     form: PutForm,
-    /// The id being computed over header ‖ payload (canonical puts).
+    /// The id being computed over header ‖ payload in the same pass (small canonical puts).
     stream: Option<Box<dyn IdStream>>,
     /// Payload bytes written.
     written: u64,
@@ -188,11 +248,16 @@ impl Filling {
                 found: end,
             });
         }
-        let at = self.written as usize..end as usize;
-        self.reservation.payload_mut()[at].copy_from_slice(piece);
+        self.reservation
+            .payload_range_mut(self.written as usize, piece.len())
+            .copy_from_slice(piece);
         self.written = end;
-        // Hash whole spans while they are still in cache; the tail waits for `finish`.
         let filled = HEADER_LEN + self.written as usize;
+        if let Some(p) = &mut self.pipeline {
+            p.written(filled);
+            return Ok(());
+        }
+        // Hash whole spans while they are still in cache; the tail waits for `finish`.
         if filled - self.hashed >= COPY_CHUNK_BYTES {
             let upto = filled - (filled - self.hashed) % COPY_CHUNK_BYTES;
             self.hash_upto(upto);
@@ -219,6 +284,10 @@ impl Filling {
             return Err(self.unprepared(error));
         }
         let id = match self.form {
+            PutForm::Canonical if self.pipeline.is_some() => {
+                let p = self.pipeline.take().expect("checked");
+                p.finish(self.reservation.block().len()).finish()
+            }
             PutForm::Canonical => {
                 self.hash_upto(self.reservation.block().len());
                 self.stream
@@ -243,14 +312,20 @@ impl Filling {
         })
     }
 
-    /// Gives the reservation back (to be cancelled).
+    /// Gives the reservation back (to be cancelled), its hashing thread stopped first.
     pub fn into_reservation(self) -> Reservation {
-        self.reservation
+        let Filling {
+            pipeline,
+            reservation,
+            ..
+        } = self;
+        drop(pipeline);
+        reservation
     }
 
     fn unprepared(self, error: StoreError) -> Box<Unprepared> {
         Box::new(Unprepared {
-            reservation: self.reservation,
+            reservation: self.into_reservation(),
             error,
         })
     }
