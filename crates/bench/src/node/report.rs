@@ -124,40 +124,20 @@ pub(crate) fn render(rows: &[Row]) -> String {
             );
         }
     }
-    if find(rows, Server::Gpu, 1).is_some() {
-        let _ = writeln!(
-            out,
-            "ratio node_gpu_put_over_baseline {}",
-            ratio(put(Server::Gpu, 1), put(Server::Baseline, 1))
-        );
-        let _ = writeln!(
-            out,
-            "ratio node_gpu_get_over_baseline {}",
-            ratio(get(Server::Gpu, 1), get(Server::Baseline, 1))
-        );
+    // One client against the baseline; the standalone node's lines last, always.
+    for (server, name) in [
+        (Server::Gpu, "node_gpu"),
+        (Server::Cluster, "cluster"),
+        (Server::Standalone, "node"),
+    ] {
+        if server != Server::Standalone && find(rows, server, 1).is_none() {
+            continue;
+        }
+        let (p, g) = (put(server, 1), get(server, 1));
+        let base = (put(Server::Baseline, 1), get(Server::Baseline, 1));
+        let _ = writeln!(out, "ratio {name}_put_over_baseline {}", ratio(p, base.0));
+        let _ = writeln!(out, "ratio {name}_get_over_baseline {}", ratio(g, base.1));
     }
-    if find(rows, Server::Cluster, 1).is_some() {
-        let _ = writeln!(
-            out,
-            "ratio cluster_put_over_baseline {}",
-            ratio(put(Server::Cluster, 1), put(Server::Baseline, 1))
-        );
-        let _ = writeln!(
-            out,
-            "ratio cluster_get_over_baseline {}",
-            ratio(get(Server::Cluster, 1), get(Server::Baseline, 1))
-        );
-    }
-    let _ = writeln!(
-        out,
-        "ratio node_put_over_baseline {}",
-        ratio(put(Server::Standalone, 1), put(Server::Baseline, 1))
-    );
-    let _ = writeln!(
-        out,
-        "ratio node_get_over_baseline {}",
-        ratio(get(Server::Standalone, 1), get(Server::Baseline, 1))
-    );
     out
 }
 
