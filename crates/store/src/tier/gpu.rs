@@ -48,6 +48,7 @@ pub(crate) fn probe() -> GpuProbe {
 /// copy at once.
 pub struct CudaMemory {
     ctx: Arc<CudaContext>,
+    staging: Arc<StagingPool>,
     regions: Vec<Arc<CudaRegion>>,
 }
 
@@ -57,6 +58,8 @@ struct CudaRegion {
     ctx: Arc<CudaContext>,
     /// Owns the allocation; only its address is used once taken.
     _memory: CudaSlice<u8>,
+    /// The tier's staging buffers for reads.
+    staging: Arc<StagingPool>,
     base: CUdeviceptr,
     len: u64,
 }
@@ -86,6 +89,7 @@ pub fn open(ordinal: usize, capacity: ByteCount, region_bytes: u64) -> Result<Gp
     unsafe { ctx.disable_event_tracking() };
     let memory = CudaMemory {
         ctx,
+        staging: Arc::default(),
         regions: Vec::new(),
     };
     Ok(DeviceTier::new(memory, capacity, region_bytes))
@@ -122,15 +126,41 @@ impl CudaRegion {
     }
 }
 
-/// Bytes of each thread's page-locked staging buffer.
+/// Bytes of each page-locked staging buffer.
 const STAGING_BYTES: usize = 256 << 10;
 
-/// A page-locked host buffer of one thread's, through which that thread's reads come off the
-/// device: a copy into pageable memory is staged by the driver through buffers its threads
-/// share, so reads on many threads would take turns; each with its own copies at once.
+/// A page-locked host buffer through which one copy at a time comes off the device: a copy
+/// into pageable memory is staged by the driver through buffers its threads share, so reads
+/// on many threads would take turns; each with a buffer of its own copies at once.
 struct Staging {
     ctx: Arc<CudaContext>,
     ptr: *mut u8,
+}
+
+// SAFETY: the buffer is plain host memory owned by this value; one user at a time (taken
+// from and given back to the pool by value).
+unsafe impl Send for Staging {}
+
+/// Staging buffers not in use, shared by a tier's regions: a read takes one for its copy and
+/// gives it back, so buffers are made once per concurrent copy, not per thread (a read's
+/// helper thread lives for one read).
+#[derive(Default)]
+struct StagingPool {
+    free: std::sync::Mutex<Vec<Staging>>,
+}
+
+impl StagingPool {
+    fn take(&self, ctx: &Arc<CudaContext>) -> Result<Staging, StoreError> {
+        let spare = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        match spare {
+            Some(s) => Ok(s),
+            None => Staging::new(ctx),
+        }
+    }
+
+    fn give_back(&self, s: Staging) {
+        self.free.lock().unwrap_or_else(|p| p.into_inner()).push(s);
+    }
 }
 
 impl Staging {
@@ -157,20 +187,11 @@ impl Drop for Staging {
     }
 }
 
-thread_local! {
-    /// This thread's staging buffer, made on its first read.
-    static STAGING: std::cell::RefCell<Option<Staging>> = const { std::cell::RefCell::new(None) };
-}
-
 impl RegionCopyOut for CudaRegion {
     fn copy_out(&self, offset: u64, out: &mut [MaybeUninit<u8>]) -> Result<(), StoreError> {
         let src = self.at(offset, out.len())?;
-        STAGING.with(|cell| {
-            let mut cell = cell.borrow_mut();
-            let staging = match &mut *cell {
-                Some(s) if Arc::ptr_eq(&s.ctx, &self.ctx) => s,
-                slot => slot.insert(Staging::new(&self.ctx)?),
-            };
+        let staging = self.staging.take(&self.ctx)?;
+        let copied = (|| {
             let mut at = 0;
             for piece in out.chunks_mut(STAGING_BYTES) {
                 let len = piece.len();
@@ -195,7 +216,12 @@ impl RegionCopyOut for CudaRegion {
                 at += len;
             }
             Ok(())
-        })
+        })();
+        // A buffer whose copy failed is dropped (freed), not reused.
+        if copied.is_ok() {
+            self.staging.give_back(staging);
+        }
+        copied
     }
 }
 
@@ -212,6 +238,7 @@ impl DeviceMemory for CudaMemory {
         self.regions.push(Arc::new(CudaRegion {
             ctx: Arc::clone(&self.ctx),
             _memory: memory,
+            staging: Arc::clone(&self.staging),
             base,
             len: bytes,
         }));
