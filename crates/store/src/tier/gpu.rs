@@ -187,6 +187,14 @@ impl Drop for Staging {
     }
 }
 
+impl Drop for CudaRegion {
+    /// Binds the context to the dropping thread (the tier's or the last read's) before the
+    /// allocation is freed: the free is issued on the context's stream.
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+    }
+}
+
 impl RegionCopyOut for CudaRegion {
     fn copy_out(&self, offset: u64, out: &mut [MaybeUninit<u8>]) -> Result<(), StoreError> {
         let src = self.at(offset, out.len())?;
