@@ -19,7 +19,7 @@ use blake3::hazmat::{
     left_subtree_len, merge_subtrees_non_root, merge_subtrees_root, ChainingValue, HasherExt, Mode,
 };
 
-use crate::id::{id_of_digest, BlockId, NamespaceKey};
+use crate::id::{id_of_digest, BlockId, NamespaceKey, StreamingId};
 use crate::verified::VerifiedBlock;
 
 /// Bytes filled and hashed at a time by each thread.
@@ -188,6 +188,45 @@ pub unsafe fn fill_and_verify_two_threads<E: Send>(
             Filled::Verified(VerifiedBlock::checked(id, namespace, buf))
         }
     }
+}
+
+/// Fills a new buffer of `n` bytes through `fill(piece, offset)` and returns it with its
+/// keyed id under `key`: on two threads when it is large enough and the helper starts
+/// ([`fill_and_hash_two_threads`]), else on the calling thread, [`PIECE_BYTES`] at a time,
+/// each piece hashed while it is in cache. The buffer is never zeroed first. (The disk tier's
+/// verified read and the device tier's.)
+///
+/// # Safety
+/// `fill` must write every byte of the piece it is given before returning `Ok`.
+pub unsafe fn fill_and_hash<E: Send>(
+    key: &NamespaceKey,
+    n: usize,
+    fill: &Fill<'_, E>,
+) -> Result<(Vec<u8>, BlockId), E> {
+    let mut buf: Vec<u8> = Vec::with_capacity(n);
+    if n >= TWO_THREADS_MIN_BYTES {
+        // SAFETY: forwarded from this function's contract on `fill`.
+        let done =
+            unsafe { fill_and_hash_two_threads(key, &mut buf.spare_capacity_mut()[..n], fill) };
+        if let Some(done) = done {
+            let id = done?;
+            // SAFETY: Ok means every byte of [0, n) was written by `fill`.
+            unsafe { buf.set_len(n) };
+            return Ok((buf, id));
+        }
+    }
+    let mut hasher = StreamingId::new(key);
+    while buf.len() < n {
+        let at = buf.len();
+        // The spare capacity starts at `at`, the bytes written so far.
+        let piece = &mut buf.spare_capacity_mut()[..PIECE_BYTES.min(n - at)];
+        let len = piece.len();
+        fill(piece, at)?;
+        // SAFETY: `fill` returned Ok, so it wrote every byte of [at, at + len).
+        unsafe { buf.set_len(at + len) };
+        hasher.update(&buf[at..]);
+    }
+    Ok((buf, hasher.finalize()))
 }
 
 #[cfg(test)]

@@ -15,10 +15,6 @@ use std::thread::JoinHandle;
 use crate::id::IdStream;
 use crate::tier::host_region::RegionBuf;
 
-/// Smallest block hashed on a thread of its own (below it, starting the thread costs more than
-/// the overlap saves).
-pub(crate) const PIPELINE_MIN_BYTES: usize = 1 << 20;
-
 /// Fewest cores on which [`super::Reservation::fill`] hashes a large put on a thread of its
 /// own. Measured with `kvfabric bench node`: on 16 cores one client's put went from 0.59–0.69
 /// to 0.73–0.89 × the bare HTTP server's; on 2 cores (the client on the same machine) from

@@ -16,13 +16,14 @@
 
 use std::sync::Arc;
 
-use super::fill_hasher::{cores_to_spare, FillHasher, PIPELINE_MIN_BYTES};
+use super::fill_hasher::{cores_to_spare, FillHasher};
 use super::seal_split::SealStep;
 use super::{PutForm, Sealed, Store};
 use crate::block::{BlockHeader, HEADER_LEN};
 use crate::error::StoreError;
 use crate::geometry::ModelGeometry;
 use crate::handle::{Handle, Tier};
+use crate::hash_parallel::TWO_THREADS_MIN_BYTES;
 use crate::id::{BlockId, IdHasher, IdStream, NamespaceKey};
 use crate::rope::{rotate_block, Direction};
 use crate::tier::host::COPY_CHUNK_BYTES;
@@ -125,7 +126,8 @@ impl Reservation {
         geometry: &ModelGeometry,
         form: PutForm,
     ) -> Result<Filling, Box<Unprepared>> {
-        let hashing = if self.handle.len.as_usize() >= PIPELINE_MIN_BYTES && cores_to_spare() {
+        // Below the size worth a second thread, starting one costs more than the overlap saves.
+        let hashing = if self.handle.len.as_usize() >= TWO_THREADS_MIN_BYTES && cores_to_spare() {
             PutHashing::OwnThread
         } else {
             PutHashing::SamePass

@@ -18,8 +18,8 @@ use std::sync::Arc;
 
 use crate::error::StoreError;
 use crate::handle::{Handle, Tier};
-use crate::hash_parallel::{fill_and_hash_two_threads, TWO_THREADS_MIN_BYTES};
-use crate::id::{BlockId, NamespaceKey, StreamingId};
+use crate::hash_parallel::fill_and_hash;
+use crate::id::{BlockId, NamespaceKey};
 use crate::tier::regions::RegionBook;
 use crate::tier::TierBackend;
 use crate::units::ByteCount;
@@ -49,9 +49,6 @@ pub trait RegionCopyOut: Send + Sync {
     fn copy_out(&self, offset: u64, out: &mut [MaybeUninit<u8>]) -> Result<(), StoreError>;
 }
 
-/// Bytes copied off the device and hashed per call (each thread's piece).
-const READ_PIECE_BYTES: usize = crate::hash_parallel::PIECE_BYTES;
-
 /// A device block's read that runs without the tier or the store ([`TierBackend::device_read`]).
 pub struct DeviceRead {
     region: Arc<dyn RegionCopyOut>,
@@ -73,43 +70,13 @@ impl DeviceRead {
         Ok(bytes)
     }
 
-    /// The bytes and their id under the block's namespace. Not zeroed first: each piece is
-    /// written once, by the device copy.
+    /// The bytes and their id under the block's namespace.
     fn copy_and_hash(&self) -> Result<(Vec<u8>, BlockId), StoreError> {
-        let n = self.len;
-        let mut buf: Vec<u8> = Vec::with_capacity(n);
         let fill = |piece: &mut [MaybeUninit<u8>], at: usize| {
             self.region.copy_out(self.offset + at as u64, piece)
         };
-        if n >= TWO_THREADS_MIN_BYTES {
-            // SAFETY: `copy_out` writes every byte of the piece before returning Ok.
-            let done = unsafe {
-                fill_and_hash_two_threads(
-                    &self.namespace,
-                    &mut buf.spare_capacity_mut()[..n],
-                    &fill,
-                )
-            };
-            if let Some(done) = done {
-                let id = done?;
-                // SAFETY: Ok means every byte of [0, n) was written by `copy_out`.
-                unsafe { buf.set_len(n) };
-                return Ok((buf, id));
-            }
-        }
-        let mut hasher = StreamingId::new(&self.namespace);
-        let mut at = 0;
-        while at < n {
-            // The spare capacity starts at `at`, the bytes written so far.
-            let piece = &mut buf.spare_capacity_mut()[..READ_PIECE_BYTES.min(n - at)];
-            let len = piece.len();
-            fill(piece, at)?;
-            // SAFETY: `copy_out` wrote every byte of [at, at + len).
-            unsafe { buf.set_len(at + len) };
-            hasher.update(&buf[at..]);
-            at += len;
-        }
-        Ok((buf, hasher.finalize()))
+        // SAFETY: `copy_out` writes every byte of the piece before returning Ok.
+        unsafe { fill_and_hash(&self.namespace, self.len, &fill) }
     }
 }
 

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::StoreError;
-use crate::hash_parallel::{fill_and_hash_two_threads, TWO_THREADS_MIN_BYTES};
-use crate::id::{BlockId, NamespaceKey, StreamingId};
+use crate::hash_parallel::fill_and_hash;
+use crate::id::{BlockId, NamespaceKey};
 use crate::tier::disk::entry::checksum64;
 
 /// First eight bytes of every segment file.
@@ -23,8 +23,6 @@ pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"KVFSSEG1";
 pub(crate) const SEGMENT_VERSION: u16 = 1;
 /// Bytes of the segment header; the first entry starts here.
 pub(crate) const SEGMENT_HEADER_LEN: u64 = 32;
-/// Reads are hashed in pieces of this size (a power of two, so blake3's subtrees stay whole).
-const READ_CHUNK_BYTES: usize = 256 << 10;
 /// From this size on, reads and write checks overlap the copy with the hash on a second
 /// (scoped) thread; below it a thread spawn costs more than it saves.
 pub(crate) const PIPELINE_MIN_BYTES: usize = 1 << 20;
@@ -197,32 +195,11 @@ impl SegmentFile {
                 io::Error::other("length exceeds usize"),
             )
         })?;
-        if n >= TWO_THREADS_MIN_BYTES {
-            // Not zeroed first: each piece is written once, by `pread`.
-            let mut buf: Vec<u8> = Vec::with_capacity(n);
-            let fill = |piece: &mut [MaybeUninit<u8>], at: usize| {
-                self.read_uninit_at(piece, offset + at as u64)
-            };
-            // SAFETY: `read_uninit_at` writes every byte of the piece before returning Ok.
-            let done = unsafe {
-                fill_and_hash_two_threads(namespace, &mut buf.spare_capacity_mut()[..n], &fill)
-            };
-            if let Some(done) = done {
-                let id = done?;
-                // SAFETY: Ok means every byte of [0, n) was written by `read_uninit_at`.
-                unsafe { buf.set_len(n) };
-                return Ok((buf, id));
-            }
-        }
-        let mut buf = vec![0u8; n];
-        let mut hasher = StreamingId::new(namespace);
-        let mut at = offset;
-        for piece in buf.chunks_mut(READ_CHUNK_BYTES) {
-            self.read_at(piece, at)?;
-            hasher.update(piece);
-            at += piece.len() as u64;
-        }
-        Ok((buf, hasher.finalize()))
+        let fill = |piece: &mut [MaybeUninit<u8>], at: usize| {
+            self.read_uninit_at(piece, offset + at as u64)
+        };
+        // SAFETY: `read_uninit_at` writes every byte of the piece before returning Ok.
+        unsafe { fill_and_hash(namespace, n, &fill) }
     }
 
     /// `fdatasync`.
