@@ -102,6 +102,7 @@ pub use report::{CompactionReport, DiskCounters, RecoveredEntry, ScrubReport};
 
 use crate::error::StoreError;
 use crate::handle::{Handle, RegionIndex, Tier};
+use crate::hash_parallel::TWO_THREADS_MIN_BYTES;
 use crate::id::{Blake3Ids, BlockId, IdHasher, NamespaceKey};
 use crate::tier::TierBackend;
 use crate::units::ByteCount;
@@ -373,7 +374,7 @@ impl DiskTier {
         header: &EntryHeader,
         bytes: &[u8],
     ) -> Result<(u32, u64), StoreError> {
-        if !self.config.verify_writes || bytes.len() < segment::PIPELINE_MIN_BYTES {
+        if !self.config.verify_writes || bytes.len() < TWO_THREADS_MIN_BYTES {
             return self.append(header, bytes);
         }
         let hash = || Blake3Ids.id(&header.namespace, &[bytes]);
@@ -474,7 +475,7 @@ impl TierBackend for DiskTier {
     ) -> Result<Handle, StoreError> {
         let len = bytes.len() as u64;
         let plan = self.plan(len)?;
-        if self.config.verify_writes && bytes.len() < segment::PIPELINE_MIN_BYTES {
+        if self.config.verify_writes && bytes.len() < TWO_THREADS_MIN_BYTES {
             let found = Blake3Ids.id(namespace, &[bytes]);
             if found != *id {
                 return Err(StoreError::HashMismatch { id: *id, found });

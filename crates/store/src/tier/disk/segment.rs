@@ -23,9 +23,6 @@ pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"KVFSSEG1";
 pub(crate) const SEGMENT_VERSION: u16 = 1;
 /// Bytes of the segment header; the first entry starts here.
 pub(crate) const SEGMENT_HEADER_LEN: u64 = 32;
-/// From this size on, reads and write checks overlap the copy with the hash on a second
-/// (scoped) thread; below it a thread spawn costs more than it saves.
-pub(crate) const PIPELINE_MIN_BYTES: usize = 1 << 20;
 
 /// `seg-00000001.kvs`.
 pub(crate) fn segment_file_name(number: u32) -> String {
