@@ -10,6 +10,16 @@
 //! asked answered that it holds no copy; unreachable when owners exist but not every one
 //! answered — a 404 for an acknowledged block would be a lie to the engine.
 //!
+//! This node's replica may lag the leader by a commit: a copy pushed or fetched moments ago
+//! is registered at the leader before this replica hears of it (and if that leader dies, not
+//! until its successor replicates it). So when every owner the replica names failed, the read
+//! takes a read barrier (the directory's linearizable read: every registration committed
+//! before it is applied here; an exchange with the leader, so bounded by
+//! `failover.attempt_ms` like any other — without a quorum there is none, and the 503
+//! stands) and asks the owners it
+//! then names that were not asked yet, once. This costs nothing on the paths that succeed or
+//! find nothing; it turns a 503 for a block a live member holds into a served read.
+//!
 //! Namespaces: the directory keys owner records by namespace
 //! ([`super::directory_block`]), so owners are looked up under each namespace the caller may
 //! read (all of them, whatever is found) and only those are asked, naming that namespace: an
@@ -78,7 +88,9 @@ impl Cluster {
 
     /// Runs `exchange(peer, ns)` over `id`'s ranked owners under each namespace of `read`
     /// (the owners recorded under that namespace: another tenant's are never asked) until one
-    /// succeeds; the winner with the namespace it served under, or the verdict.
+    /// succeeds; the winner with the namespace it served under, or the verdict. When every
+    /// owner this replica names failed, once more after a read barrier over the owners it
+    /// names then that were not asked (see the module docs).
     async fn from_owners<T, F, Fut>(
         self: &Arc<Self>,
         read: &[NamespaceKey],
@@ -90,11 +102,63 @@ impl Cluster {
         F: Fn(Arc<Cluster>, PeerAddr, NamespaceKey) -> Fut + Copy + Send + 'static,
         Fut: std::future::Future<Output = Result<T, TransportError>> + Send + 'static,
     {
+        let mut asked: Vec<NodeId> = Vec::new();
+        let unreachable = match self.owner_round(read, id, exchange, &mut asked).await {
+            Err(Miss::Unreachable(u)) => u,
+            done => return done,
+        };
+        let bound = Duration::from_millis(self.config.failover.attempt_ms);
+        let barrier = self.directory.read(ReadConsistency::Linearizable, |_| ());
+        match tokio::time::timeout(bound, barrier).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(block = %id, error = %e, "no read barrier: the replica's owners stand");
+                return Err(Miss::Unreachable(unreachable));
+            }
+            Err(_) => {
+                tracing::debug!(block = %id, limit_ms = bound.as_millis() as u64, "no read barrier in time: the replica's owners stand");
+                return Err(Miss::Unreachable(unreachable));
+            }
+        }
+        match self.owner_round(read, id, exchange, &mut asked).await {
+            Ok(won) => {
+                tracing::info!(block = %id, "served by an owner this replica learnt of after a read barrier");
+                Ok(won)
+            }
+            // Owners first asked now answered that they hold none: those that did not answer
+            // before still might.
+            Err(Miss::NotFound) => Err(Miss::Unreachable(unreachable)),
+            Err(Miss::Unreachable(more)) => {
+                // Disjoint: the second round asks only owners the first did not.
+                let mut all = unreachable;
+                all.extend(more);
+                Err(Miss::Unreachable(all))
+            }
+        }
+    }
+
+    /// One round of [`Cluster::from_owners`] over the owners not in `asked`, each added to it.
+    async fn owner_round<T, F, Fut>(
+        self: &Arc<Self>,
+        read: &[NamespaceKey],
+        id: BlockId,
+        exchange: F,
+        asked: &mut Vec<NodeId>,
+    ) -> Result<(NodeId, Tier, NamespaceKey, T), Miss>
+    where
+        T: Send + 'static,
+        F: Fn(Arc<Cluster>, PeerAddr, NamespaceKey) -> Fut + Copy + Send + 'static,
+        Fut: std::future::Future<Output = Result<T, TransportError>> + Send + 'static,
+    {
         // Every namespace's owners first: with none under any of the caller's namespaces the
         // miss ends here, before any peer is asked, whatever other tenants hold.
         let by_ns: Vec<_> = read
             .iter()
-            .map(|ns| (*ns, self.ranked_owners(ns, &id)))
+            .map(|ns| {
+                let mut owners = self.ranked_owners(ns, &id);
+                owners.retain(|(n, _)| !asked.contains(n));
+                (*ns, owners)
+            })
             .filter(|(_, owners)| !owners.is_empty())
             .collect();
         if by_ns.is_empty() {
@@ -103,6 +167,7 @@ impl Cluster {
         let hedge = Duration::from_millis(self.config.failover.hedge_ms);
         let mut unreachable: Vec<NodeId> = Vec::new();
         for (ns, owners) in by_ns {
+            asked.extend(owners.iter().map(|(n, _)| *n));
             let attempt_one = |(n, tier): (NodeId, Tier)| {
                 let cluster = self.clone();
                 async move {
