@@ -148,8 +148,11 @@ fn loopback(opts: &Opts, dir: &Path, server_args: &[&str]) -> anyhow::Result<Vec
             LOOPBACK,
         ))
     });
-    server.stop()?;
-    result
+    // The client's failure first: a server that failed after it is a consequence.
+    let stopped = server.stop();
+    let rows = result?;
+    stopped?;
+    Ok(rows)
 }
 
 /// The veth rows at each of [`VETH_MTUS`]: a fresh server and client process per MTU, one in

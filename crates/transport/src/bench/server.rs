@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::conformance::sources::test_block;
-use crate::{MemorySource, NodeIdentity, QuicTransport};
+use crate::{MemorySource, NodeIdentity, QuicTransport, Transport};
 use bytes::Bytes;
 use kvfabric_store::NamespaceKey;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -114,9 +114,16 @@ pub(crate) fn run(dir: &Path, opts: &Opts) -> anyhow::Result<()> {
             for _ in stdin.lock().lines() {}
         })
         .await?;
-        drop((tuned, stock));
+        // Closed and waited for, not dropped: a dropped UCX transport tears down on its progress
+        // thread while this process exits, and UCX's library destructors running beside that
+        // teardown crashed the server (SIGSEGV) after a run whose every row had passed.
+        tuned.close().await;
+        stock.close().await;
         #[cfg(feature = "ucx")]
-        drop(ucx);
+        if let Some((u, shm)) = ucx {
+            u.close().await;
+            shm.close().await;
+        }
         Ok(())
     })
 }

@@ -93,6 +93,7 @@
 mod client;
 mod context;
 mod endpoint;
+mod exit;
 mod listener;
 mod mailbox;
 mod mapped;
@@ -143,7 +144,8 @@ struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // The thread releases everything on its own; nobody waits for it here.
+        // The thread releases everything on its own; nobody waits for it here (an exiting
+        // process does: `exit`).
         let _ = self.mailbox.send(Command::Shutdown { done: None });
     }
 }

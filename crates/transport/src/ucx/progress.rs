@@ -11,7 +11,8 @@
 //! Shutdown (a [`Command::Shutdown`], or every mailbox dropped): fail pending fetches with
 //! `Closed`, abandon lookups, force-close every endpoint, wait (at most
 //! [`CLOSE_WAIT_MS_MAX`]) for the closes to complete so that UCX hands every buffer back, then
-//! destroy the listener, the worker and the context, in that order.
+//! destroy the listener, the worker and the context, in that order. A process that exits
+//! stops every thread the same way and waits for its teardown ([`super::exit`]).
 
 use std::net::SocketAddr;
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -27,6 +28,7 @@ use crate::error::TransportError;
 use crate::source::BlockSource;
 use crate::ucx::client::Clients;
 use crate::ucx::context::Context;
+use crate::ucx::exit;
 use crate::ucx::mailbox::{Command, Mailbox};
 use crate::ucx::server::Servers;
 use crate::ucx::worker::{ConnIds, Event, OpKind, Waker, Worker};
@@ -63,8 +65,10 @@ pub(crate) fn start(
     let thread_mailbox = mailbox.clone();
     std::thread::Builder::new()
         .name(format!("ucx-{name}"))
-        .spawn(
-            move || match Progress::new(spec, thread_mailbox, commands, waker) {
+        .spawn(move || {
+            // Held until everything below is destroyed: exit waits for it (see `exit`).
+            let _live = exit::register(waker.clone());
+            match Progress::new(spec, thread_mailbox, commands, waker) {
                 Ok(progress) => {
                     let addr = progress.servers.local_addr();
                     let _ = ready.send(
@@ -76,8 +80,8 @@ pub(crate) fn start(
                 Err(e) => {
                     let _ = ready.send(Err(e));
                 }
-            },
-        )
+            }
+        })
         .map_err(|e| TransportError::io("spawning the UCX progress thread", e))?;
     Ok((mailbox, started))
 }
@@ -126,6 +130,9 @@ impl Progress {
     fn run(mut self) {
         loop {
             self.turn();
+            if exit::exiting() {
+                self.stop();
+            }
             let now = Instant::now();
             self.clients.tick(now);
             self.servers.tick(now);

@@ -179,6 +179,15 @@ impl Waker {
         unsafe { libc::read(self.fd.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
     }
 
+    /// Clears pending wakes; whether there was one.
+    #[cfg(test)]
+    pub(crate) fn take_wake(&self) -> bool {
+        let mut count: u64 = 0;
+        // SAFETY: as in `reset`.
+        let n = unsafe { libc::read(self.fd.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+        n == 8 && count > 0
+    }
+
     fn raw(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
