@@ -17,6 +17,7 @@ use crate::election::ElectionSignals;
 use crate::error::DirectoryError;
 use crate::ids::{Epoch, NodeId, ShardId};
 use crate::network::{FrameTransport, FramedNetworkFactory, RpcServer};
+use crate::preappend::{PreappendCounts, PreappendStats};
 use crate::rpc::{ForwardRequest, ForwardResponse};
 use crate::storage::{open_store, LogStore, ShardView, SnapshotTrigger};
 use crate::type_config::{Raft, RaftMetrics};
@@ -42,6 +43,8 @@ pub(crate) struct Inner {
     pub(crate) server: RpcServer,
     /// What the RPC seam saw that bears on standing for election (`election`).
     pub(crate) election: Arc<ElectionSignals>,
+    /// What this member's early replication did (`preappend`).
+    preappends: Arc<PreappendStats>,
     /// This handle's client id for request deduplication, and its proposal counter.
     client: u64,
     seq: std::sync::atomic::AtomicU64,
@@ -87,7 +90,7 @@ impl Directory {
         let network =
             FramedNetworkFactory::new(id, transport.clone(), config.frame_bytes_max as usize)
                 .with_election(election.clone(), lease);
-        let raft = Raft::new(id, raft_config, network, log.clone(), sm)
+        let raft = Raft::new(id, raft_config, network.clone(), log.clone(), sm)
             .await
             .map_err(|e| DirectoryError::Stopped {
                 reason: e.to_string(),
@@ -96,6 +99,20 @@ impl Directory {
         let server = RpcServer::new(raft.clone(), &config, client.wrapping_add(1))
             .with_election(election.clone());
         let (shutdown, _) = watch::channel(false);
+        let preappends = Arc::new(PreappendStats::default());
+        let mut tasks = Vec::new();
+        if config.preappend {
+            let (tap, task) = crate::preappend::spawn(
+                id,
+                raft.clone(),
+                network,
+                std::time::Duration::from_millis(config.rpc_timeout_ms),
+                preappends.clone(),
+                shutdown.subscribe(),
+            );
+            log.install_preappend(tap);
+            tasks.push(task);
+        }
         let dir = Directory {
             inner: Arc::new(Inner {
                 id,
@@ -108,6 +125,7 @@ impl Directory {
                 clock,
                 server,
                 election,
+                preappends,
                 client,
                 seq: std::sync::atomic::AtomicU64::new(0),
                 shutdown,
@@ -118,7 +136,7 @@ impl Directory {
         };
         let ticker = crate::lease::spawn_lease_ticker(&dir, dir.inner.shutdown.subscribe());
         let snapshots = spawn_snapshot_task(&dir, trigger, dir.inner.shutdown.subscribe());
-        let mut tasks = vec![ticker, snapshots];
+        tasks.extend([ticker, snapshots]);
         if dir.inner.config.prompt_election {
             tasks.push(crate::election::spawn_watchdog(
                 Arc::downgrade(&dir.inner),
@@ -199,6 +217,11 @@ impl Directory {
             .election
             .prompted
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// What this member's early replication did while it led (see [`crate::preappend`]).
+    pub fn preappends(&self) -> PreappendCounts {
+        self.inner.preappends.counts()
     }
 
     /// The leader this member currently knows of.

@@ -6,7 +6,7 @@
 //! retried writes ([`sessions`]), its persistence (the Raft log and vote in a write-ahead
 //! log of its own, snapshots in redb; [`storage`]), the batching of ownership records
 //! ([`batcher`]) and, on the leader, the merging of several nodes' batches into one entry
-//! ([`merge`]), reads at local or linearizable consistency ([`read`]), membership changes
+//! ([`merge`]), early replication of the leader's entries beside its own write ([`preappend`]), reads at local or linearizable consistency ([`read`]), membership changes
 //! ([`membership`]), and the network seam Raft talks through ([`network`], [`rpc`], [`codec`]),
 //! with an in-memory router for deterministic tests, and decoding with bounded nesting for
 //! everything read from a peer or the disk ([`nesting`]). Also ships a linearizability checker
@@ -40,6 +40,7 @@ pub mod nesting;
 pub mod network;
 pub mod ordered_map;
 pub mod owner;
+pub mod preappend;
 pub mod read;
 pub mod rpc;
 pub mod sessions;
@@ -51,6 +52,8 @@ pub mod type_config;
 
 #[cfg(test)]
 mod planted_bug_tests;
+#[cfg(test)]
+mod preappend_tests;
 
 pub use batcher::{BatchQueue, Batcher, OwnershipRecord};
 pub use clock::{Clock, ManualClock, SystemClock};

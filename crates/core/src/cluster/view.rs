@@ -104,6 +104,9 @@ pub struct ClusterMetrics {
     pub raft_served: u64,
     /// Elections this member started promptly, its leader silent for the lease.
     pub prompt_elections: u64,
+    /// Early replication while this member led: pre-appends accepted, refused, failed, dropped
+    /// (see `kvfabric_directory::preappend`).
+    pub preappends: [u64; 4],
     /// The block transport's counters.
     pub transport: CountersSnapshot,
     /// Re-replication: passes, blocks under-replicated in the last pass, copies made, copies
@@ -237,6 +240,10 @@ impl Cluster {
             raft_calls_failed: c.calls_failed.load(Ordering::Relaxed),
             raft_served: c.served.load(Ordering::Relaxed),
             prompt_elections: self.directory.prompt_elections(),
+            preappends: {
+                let p = self.directory.preappends();
+                [p.accepted, p.refused, p.failed, p.dropped]
+            },
             transport: self.transport.counters(),
             repair: [
                 self.repair.passes.load(Ordering::Relaxed),

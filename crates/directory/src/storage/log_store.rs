@@ -2,7 +2,7 @@
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader, Vote};
@@ -13,6 +13,7 @@ use super::log_writer::{Appended, LogWriter, Op};
 use super::records::{io_read, io_write};
 use super::wal::{frame_entry, Wal, WalReader};
 use crate::ids::NodeId;
+use crate::preappend::Tap;
 use crate::type_config::{Entry, LogId, StorageError, TypeConfig};
 
 /// The log store of one member. Cheap to clone: clones share the WAL's index, the in-memory
@@ -22,6 +23,8 @@ pub struct LogStore {
     wal: WalReader,
     tail: Arc<Mutex<LogTail>>,
     writer: Arc<LogWriter>,
+    /// Where appends of this member's own entries go for early replication, once installed.
+    preappend: Arc<OnceLock<Tap>>,
 }
 
 impl Debug for LogStore {
@@ -38,7 +41,20 @@ impl LogStore {
             wal: reader,
             tail,
             writer,
+            preappend: Arc::new(OnceLock::new()),
         })
+    }
+
+    /// Hands every later append of entries this member proposed to `tap` (see
+    /// [`crate::preappend`]). Once per store; a second tap is ignored.
+    pub(crate) fn install_preappend(&self, tap: Tap) {
+        let _ = self.preappend.set(tap);
+    }
+
+    /// Holds this member's log writer before its next durable write (`true`) or releases it.
+    #[cfg(test)]
+    pub(crate) fn hold_writes(&self, on: bool) {
+        self.writer.hold.set(on);
     }
 
     /// Every entry in `range` that is still in the log (for tests and tools that audit it).
@@ -155,7 +171,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map(|e| frame_entry(e).map(|r| (e.log_id, r)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(io_write)?;
+        // The log's last id before these entries (appends come one at a time from the core;
+        // the writer thread only retires durable entries from the tail, never the last one).
+        let staged_last = self.tail().last_log_id();
+        let prev = staged_last
+            .or_else(|| self.wal.last_log_id())
+            .or_else(|| self.wal.state().last_purged);
         self.tail().stage(&entries).map_err(io_write)?;
+        if let Some(tap) = self.preappend.get() {
+            tap.offer(prev, &entries);
+        }
         self.writer
             .send(Op::Append(Appended { records, callback }))
             .map_err(io_write)

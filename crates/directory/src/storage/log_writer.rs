@@ -55,18 +55,53 @@ pub(super) struct Appended {
 pub(super) struct LogWriter {
     tx: Option<Sender<Op>>,
     thread: Option<JoinHandle<()>>,
+    #[cfg(test)]
+    pub(super) hold: Arc<Hold>,
+}
+
+/// In test builds, holds the writer before its next durable write until released (to see what
+/// the cluster does while a member's write is in flight); nothing in other builds.
+#[derive(Default)]
+pub(super) struct Hold {
+    #[cfg(test)]
+    held: Mutex<bool>,
+    #[cfg(test)]
+    released: std::sync::Condvar,
+}
+
+impl Hold {
+    fn wait(&self) {
+        #[cfg(test)]
+        {
+            let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+            while *held {
+                held = self.released.wait(held).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+    }
+
+    /// Holds (`true`) or releases the writer.
+    #[cfg(test)]
+    pub(super) fn set(&self, on: bool) {
+        *self.held.lock().unwrap_or_else(|p| p.into_inner()) = on;
+        self.released.notify_all();
+    }
 }
 
 impl LogWriter {
     /// Starts the writer thread of `wal`, marking written entries durable in `tail`.
     pub(super) fn spawn(wal: Wal, tail: Arc<Mutex<LogTail>>) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel();
+        let hold = Arc::new(Hold::default());
+        let h = hold.clone();
         let thread = std::thread::Builder::new()
             .name("raft-log-writer".into())
-            .spawn(move || run(wal, &tail, rx))?;
+            .spawn(move || run(wal, &tail, &h, rx))?;
         Ok(LogWriter {
             tx: Some(tx),
             thread: Some(thread),
+            #[cfg(test)]
+            hold,
         })
     }
 
@@ -92,7 +127,7 @@ impl Drop for LogWriter {
     }
 }
 
-fn run(mut wal: Wal, tail: &Mutex<LogTail>, rx: Receiver<Op>) {
+fn run(mut wal: Wal, tail: &Mutex<LogTail>, hold: &Hold, rx: Receiver<Op>) {
     let mut group = Group::default();
     loop {
         // A committed id alone waits for the next append's write, or for the queue to stay
@@ -101,7 +136,7 @@ fn run(mut wal: Wal, tail: &Mutex<LogTail>, rx: Receiver<Op>) {
             match rx.recv_timeout(COMMITTED_IDLE) {
                 Ok(op) => op,
                 Err(RecvTimeoutError::Timeout) => {
-                    group.flush(&mut wal, tail);
+                    group.flush(&mut wal, tail, hold);
                     continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
@@ -135,25 +170,25 @@ fn run(mut wal: Wal, tail: &Mutex<LogTail>, rx: Receiver<Op>) {
                 Op::Append(a) => group.appends.push(a),
                 Op::Committed(c) => group.committed = Some(c),
                 Op::Vote(vote, reply) => {
-                    group.flush(&mut wal, tail);
+                    group.flush(&mut wal, tail, hold);
                     let _ = reply.send(write_alone(&mut wal, Record::Vote(vote)));
                 }
                 Op::Truncate(from, reply) => {
-                    group.flush(&mut wal, tail);
+                    group.flush(&mut wal, tail, hold);
                     let _ = reply.send(write_alone(&mut wal, Record::Truncate(from)));
                 }
                 Op::Purge(upto, reply) => {
-                    group.flush(&mut wal, tail);
+                    group.flush(&mut wal, tail, hold);
                     let _ = reply.send(write_alone(&mut wal, Record::Purge(upto)));
                 }
             }
         }
         if !group.appends.is_empty() {
-            group.flush(&mut wal, tail);
+            group.flush(&mut wal, tail, hold);
         }
     }
     // Closed: what is left (a committed id) is written before the WAL is closed.
-    group.flush(&mut wal, tail);
+    group.flush(&mut wal, tail, hold);
 }
 
 /// Writes one record durably on its own.
@@ -172,7 +207,7 @@ struct Group {
 impl Group {
     /// Writes what is gathered in one durable write, then marks the entries durable and
     /// fires their callbacks, in order.
-    fn flush(&mut self, wal: &mut Wal, tail: &Mutex<LogTail>) {
+    fn flush(&mut self, wal: &mut Wal, tail: &Mutex<LogTail>, hold: &Hold) {
         if self.appends.is_empty() && self.committed.is_none() {
             return;
         }
@@ -183,6 +218,7 @@ impl Group {
                 wal.stage_entry(*id, framed);
             }
         }
+        hold.wait();
         let res = match committed {
             Some(c) => wal.stage(Record::Committed(c)),
             None => Ok(()),

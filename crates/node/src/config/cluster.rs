@@ -21,6 +21,8 @@
 //! batch_records_max = 512           # optional: ownership records per Raft entry
 //! batch_delay_ms_max = 5            # optional: longest records gather while the pipeline is full
 //! batch_inflight_max = 6            # optional: ownership entries pipelined per node
+//! preappend = true                  # optional: the leader sends new entries to the voters
+//!                                   # while its own write is on disk (syncs overlap)
 //! heartbeat_interval_ms = 100       # optional, Raft
 //! election_timeout_min_ms = 200     # optional, Raft
 //! election_timeout_max_ms = 350     # optional, Raft
@@ -234,6 +236,7 @@ impl Check<'_> {
             batch_inflight_max: raw
                 .batch_inflight_max
                 .unwrap_or(defaults.batch_inflight_max),
+            preappend: raw.preappend.unwrap_or(defaults.preappend),
             heartbeat_interval_ms: raw
                 .heartbeat_interval_ms
                 .unwrap_or(defaults.heartbeat_interval_ms),

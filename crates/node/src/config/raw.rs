@@ -164,6 +164,8 @@ pub(crate) struct RawCluster {
     #[serde(default)]
     pub(crate) batch_inflight_max: Option<usize>,
     #[serde(default)]
+    pub(crate) preappend: Option<bool>,
+    #[serde(default)]
     pub(crate) heartbeat_interval_ms: Option<u64>,
     #[serde(default)]
     pub(crate) election_timeout_min_ms: Option<u64>,

@@ -220,7 +220,7 @@ fn a_cluster_section_loads_with_defaults_mapped_onto_the_directory() {
     kvfabric_transport::generate_cluster(certs.path(), 5).unwrap();
     let c = parse_str(&cluster_text(
         certs.path(),
-        "lease_ms = 6000\nbatch_delay_ms_max = 7\nbatch_inflight_max = 3",
+        "lease_ms = 6000\nbatch_delay_ms_max = 7\nbatch_inflight_max = 3\npreappend = false",
         TWO,
     ))
     .unwrap()
@@ -233,6 +233,7 @@ fn a_cluster_section_loads_with_defaults_mapped_onto_the_directory() {
     assert_eq!(cl.directory.lease_ms, 6000);
     assert_eq!(cl.directory.batch_delay_ms_max, 7);
     assert_eq!(cl.directory.batch_inflight_max, 3);
+    assert!(!cl.directory.preappend);
     assert_eq!(cl.lease_renew.as_millis(), 1500, "a quarter of the lease");
     assert_eq!(cl.members.len(), 2);
 
