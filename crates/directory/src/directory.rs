@@ -17,7 +17,7 @@ use crate::election::ElectionSignals;
 use crate::error::DirectoryError;
 use crate::ids::{Epoch, NodeId, ShardId};
 use crate::network::{FrameTransport, FramedNetworkFactory, RpcServer};
-use crate::preappend::{PreappendCounts, PreappendStats};
+use crate::preappend::{Marks, PreappendCounts, PreappendStats};
 use crate::rpc::{ForwardRequest, ForwardResponse};
 use crate::storage::{open_store, LogStore, ShardView, SnapshotTrigger};
 use crate::type_config::{Raft, RaftMetrics};
@@ -87,9 +87,14 @@ impl Directory {
         let view = sm.view();
         let election = Arc::new(ElectionSignals::new(tokio::time::Instant::now()));
         let lease = std::time::Duration::from_millis(config.election_timeout_max_ms);
-        let network =
+        let preappends = Arc::new(PreappendStats::default());
+        let marks = Arc::new(Marks::new(preappends.clone()));
+        let mut network =
             FramedNetworkFactory::new(id, transport.clone(), config.frame_bytes_max as usize)
                 .with_election(election.clone(), lease);
+        if config.preappend {
+            network = network.with_preappend_marks(marks.clone());
+        }
         let raft = Raft::new(id, raft_config, network.clone(), log.clone(), sm)
             .await
             .map_err(|e| DirectoryError::Stopped {
@@ -99,7 +104,6 @@ impl Directory {
         let server = RpcServer::new(raft.clone(), &config, client.wrapping_add(1))
             .with_election(election.clone());
         let (shutdown, _) = watch::channel(false);
-        let preappends = Arc::new(PreappendStats::default());
         let mut tasks = Vec::new();
         if config.preappend {
             let (tap, task) = crate::preappend::spawn(
@@ -108,6 +112,7 @@ impl Directory {
                 network,
                 std::time::Duration::from_millis(config.rpc_timeout_ms),
                 preappends.clone(),
+                marks,
                 shutdown.subscribe(),
             );
             log.install_preappend(tap);

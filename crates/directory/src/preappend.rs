@@ -19,6 +19,15 @@
 //! only once a majority holds it on disk. `leader_commit` is left empty: a pre-append never
 //! moves a follower's commit index.
 //!
+//! Sent once: when openraft's own request carries entries a voter has already accepted in a
+//! pre-append under the same vote, [`Marks`] lets the network send it as what it then
+//! amounts to — a check that the voter holds the last of them (`prev_log_id` = that entry, no
+//! entries), answered the same way — so the entries cross the network once. By Raft's log
+//! matching a voter that holds the leader's entry at an index holds all of the leader's entries
+//! below it, and under one vote it never drops an entry it flushed. Should a voter answer the
+//! check with a conflict all the same, it loses its mark and openraft's request goes as it is
+//! (openraft itself stops on a voter whose log went back: it does not allow that).
+//!
 //! Bounded and best-effort: one request in flight per voter, queued appends merged into one
 //! request when contiguous, at most [`QUEUE_MAX`] appends queued per voter (more are dropped and
 //! counted: openraft's replication carries them anyway), a failed call drops what is queued
@@ -26,10 +35,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
 use openraft::{ServerState, Vote};
 use tokio::sync::{mpsc, watch};
@@ -37,7 +46,7 @@ use tokio::task::JoinHandle;
 
 use crate::ids::NodeId;
 use crate::network::{FramedNetwork, FramedNetworkFactory};
-use crate::type_config::{Entry, LogId, Raft};
+use crate::type_config::{Entry, LogId, Raft, TypeConfig};
 
 /// Appends queued towards one voter before further ones are dropped.
 pub const QUEUE_MAX: usize = 64;
@@ -71,6 +80,8 @@ pub struct PreappendStats {
     pub failed: AtomicU64,
     /// Appends not sent: the voter's queue was full, or dropped after a failed call.
     pub dropped: AtomicU64,
+    /// openraft requests sent without their entries, the voter holding them already.
+    pub elided: AtomicU64,
 }
 
 /// A snapshot of [`PreappendStats`].
@@ -84,6 +95,8 @@ pub struct PreappendCounts {
     pub failed: u64,
     /// Appends not sent.
     pub dropped: u64,
+    /// openraft requests sent without their entries.
+    pub elided: u64,
 }
 
 impl PreappendStats {
@@ -94,7 +107,66 @@ impl PreappendStats {
             refused: self.refused.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
             dropped: self.dropped.load(Ordering::Relaxed),
+            elided: self.elided.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// What each voter is known to hold from pre-appends: under which vote, up to which index.
+#[derive(Default)]
+pub struct Marks {
+    held: Mutex<BTreeMap<NodeId, (Vote<NodeId>, u64)>>,
+    stats: Arc<PreappendStats>,
+}
+
+impl Marks {
+    /// Marks counted into `stats`.
+    pub(crate) fn new(stats: Arc<PreappendStats>) -> Marks {
+        Marks {
+            held: Mutex::default(),
+            stats,
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, BTreeMap<NodeId, (Vote<NodeId>, u64)>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `voter` accepted, under `vote`, a pre-append ending at `last`.
+    pub(crate) fn accepted(&self, voter: NodeId, vote: Vote<NodeId>, last: LogId) {
+        let mut held = self.held();
+        match held.get_mut(&voter) {
+            Some((v, upto)) if *v == vote => *upto = (*upto).max(last.index),
+            _ => {
+                held.insert(voter, (vote, last.index));
+            }
+        }
+    }
+
+    /// The request to send instead of `req` to `voter`: the check that it holds the last of
+    /// the entries, when it accepted them all under the same vote; `None` to send `req`.
+    pub(crate) fn elide(
+        &self,
+        voter: NodeId,
+        req: &AppendEntriesRequest<TypeConfig>,
+    ) -> Option<AppendEntriesRequest<TypeConfig>> {
+        let last = req.entries.last()?.log_id;
+        let (vote, upto) = *self.held().get(&voter)?;
+        if vote != req.vote || last.index > upto {
+            return None;
+        }
+        self.stats.elided.fetch_add(1, Ordering::Relaxed);
+        Some(AppendEntriesRequest {
+            vote: req.vote,
+            prev_log_id: Some(last),
+            entries: Vec::new(),
+            leader_commit: req.leader_commit,
+        })
+    }
+
+    /// `voter` refused a check: it no longer holds what it accepted (send it everything).
+    pub(crate) fn forget(&self, voter: NodeId) {
+        self.held().remove(&voter);
     }
 }
 
@@ -131,6 +203,7 @@ pub(crate) fn spawn(
     network: FramedNetworkFactory,
     rpc_timeout: Duration,
     stats: Arc<PreappendStats>,
+    marks: Arc<Marks>,
     mut shutdown: watch::Receiver<bool>,
 ) -> (Tap, JoinHandle<()>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<Appended>();
@@ -140,6 +213,7 @@ pub(crate) fn spawn(
             network,
             rpc_timeout,
             stats,
+            marks,
             voters: BTreeMap::new(),
         };
         loop {
@@ -161,6 +235,7 @@ struct Fanout {
     network: FramedNetworkFactory,
     rpc_timeout: Duration,
     stats: Arc<PreappendStats>,
+    marks: Arc<Marks>,
     voters: BTreeMap<NodeId, Voter>,
 }
 
@@ -225,10 +300,14 @@ impl Fanout {
         let (tx, rx) = mpsc::channel(QUEUE_MAX);
         tokio::spawn(send_loop(
             net,
-            vote,
+            Sender {
+                voter: id,
+                vote,
+                rpc_timeout: self.rpc_timeout,
+                stats: self.stats.clone(),
+                marks: self.marks.clone(),
+            },
             rx,
-            self.rpc_timeout,
-            self.stats.clone(),
         ));
         Voter {
             addr: addr.to_string(),
@@ -240,13 +319,22 @@ impl Fanout {
 
 /// Sends one voter's queued appends, one request at a time, contiguous ones merged. A queue
 /// serves one vote: the dispatcher gives a later term a new queue (this one ends once dropped).
-async fn send_loop(
-    mut net: FramedNetwork,
+struct Sender {
+    voter: NodeId,
     vote: Vote<NodeId>,
-    mut rx: mpsc::Receiver<Appended>,
     rpc_timeout: Duration,
     stats: Arc<PreappendStats>,
-) {
+    marks: Arc<Marks>,
+}
+
+async fn send_loop(mut net: FramedNetwork, to: Sender, mut rx: mpsc::Receiver<Appended>) {
+    let Sender {
+        voter,
+        vote,
+        rpc_timeout,
+        stats,
+        marks,
+    } = to;
     while let Some(mut batch) = rx.recv().await {
         let mut held = None;
         while batch.entries.len() < MERGE_ENTRIES_MAX {
@@ -265,15 +353,19 @@ async fn send_loop(
                 stats.dropped.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
+            let last = a.last();
             let req = AppendEntriesRequest {
                 vote,
                 prev_log_id: a.prev,
                 entries: a.entries,
                 leader_commit: None,
             };
-            match net.append_entries(req, RPCOption::new(rpc_timeout)).await {
+            match net.send(req, RPCOption::new(rpc_timeout)).await {
                 Ok(AppendEntriesResponse::Success) => {
                     stats.accepted.fetch_add(1, Ordering::Relaxed);
+                    if let Some(last) = last {
+                        marks.accepted(voter, vote, last);
+                    }
                 }
                 Ok(_) => {
                     stats.refused.fetch_add(1, Ordering::Relaxed);

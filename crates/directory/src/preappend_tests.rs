@@ -68,9 +68,13 @@ async fn counts_once(
 }
 
 /// Holds the leader's log writer, proposes one write, and reports whether the followers held
-/// the new entry before the hold was released, and the leader's counters then. The write
-/// commits once released, with the same entry on every member.
-async fn held_leader_write(preappend: bool, wait: Duration) -> (bool, PreappendCounts) {
+/// the new entry before the hold was released, the leader's counters then, and once openraft
+/// has replicated the entry too. The write commits once released, with the same entry on
+/// every member.
+async fn held_leader_write(
+    preappend: bool,
+    wait: Duration,
+) -> (bool, PreappendCounts, PreappendCounts) {
     let dir = tempfile::tempdir().unwrap();
     let (c, leader, followers) = cluster(dir.path(), preappend).await;
     let next = c.member(leader).metrics().last_log_index.unwrap() + 1;
@@ -102,13 +106,14 @@ async fn held_leader_write(preappend: bool, wait: Duration) -> (bool, PreappendC
             "{f} holds the leader's entry"
         );
     }
+    let after = counts_once(&c, leader, wait, |n| n.elided >= 2).await;
     c.shutdown().await.unwrap();
-    (held, counts)
+    (held, counts, after)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn followers_write_the_leaders_entry_beside_the_leaders_own_write() {
-    let (held, counts) = held_leader_write(true, LIMIT).await;
+    let (held, counts, after) = held_leader_write(true, LIMIT).await;
     assert!(
         held,
         "both followers hold the entry while the leader's write is held"
@@ -118,16 +123,21 @@ async fn followers_write_the_leaders_entry_beside_the_leaders_own_write() {
         "one accepted pre-append per follower: {counts:?}"
     );
     assert_eq!((counts.refused, counts.failed), (0, 0), "{counts:?}");
+    assert!(
+        after.elided >= 2,
+        "openraft's own request for the entry went to each follower without it: {after:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_preappend_followers_wait_for_the_leaders_write() {
-    let (held, counts) = held_leader_write(false, Duration::from_millis(500)).await;
+    let (held, counts, after) = held_leader_write(false, Duration::from_millis(500)).await;
     assert!(
         !held,
         "openraft replicates only after the leader's own flush"
     );
     assert_eq!(counts, PreappendCounts::default());
+    assert_eq!(after, PreappendCounts::default());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,4 +165,77 @@ async fn an_unreachable_voter_costs_a_counted_preappend_and_no_write() {
     let last = c.member(leader).metrics().last_log_index.unwrap();
     c.wait_applied(&[cut], last, LIMIT).await.unwrap();
     c.shutdown().await.unwrap();
+}
+
+#[test]
+fn marks_elide_only_what_a_voter_accepted_under_the_same_vote() {
+    use openraft::{CommittedLeaderId, EntryPayload, Vote};
+
+    use crate::preappend::{Marks, PreappendStats};
+    use crate::type_config::{Entry, LogId};
+
+    let id = |term, index| LogId::new(CommittedLeaderId::new(term, NodeId(1)), index);
+    let req = |term, prev: u64, last: u64| openraft::raft::AppendEntriesRequest {
+        vote: Vote::new_committed(term, NodeId(1)),
+        prev_log_id: Some(id(term, prev)),
+        entries: (prev + 1..=last)
+            .map(|i| Entry {
+                log_id: id(term, i),
+                payload: EntryPayload::Blank,
+            })
+            .collect(),
+        leader_commit: Some(id(term, prev)),
+    };
+    let stats = std::sync::Arc::new(PreappendStats::default());
+    let marks = Marks::new(stats.clone());
+    let voter = NodeId(2);
+    assert!(
+        marks.elide(voter, &req(3, 4, 6)).is_none(),
+        "nothing accepted yet"
+    );
+
+    marks.accepted(voter, Vote::new_committed(3, NodeId(1)), id(3, 6));
+    let check = marks.elide(voter, &req(3, 4, 6)).expect("all accepted");
+    assert_eq!(
+        check.prev_log_id,
+        Some(id(3, 6)),
+        "a check of the last entry"
+    );
+    assert!(check.entries.is_empty());
+    assert_eq!(
+        check.leader_commit,
+        Some(id(3, 4)),
+        "the commit index rides along"
+    );
+    assert!(
+        marks.elide(voter, &req(3, 1, 5)).is_some(),
+        "below the mark"
+    );
+    assert!(
+        marks.elide(voter, &req(3, 5, 7)).is_none(),
+        "7 was not accepted"
+    );
+    assert!(
+        marks.elide(NodeId(3), &req(3, 4, 6)).is_none(),
+        "another voter"
+    );
+    assert!(
+        marks.elide(voter, &req(4, 4, 6)).is_none(),
+        "accepted under another vote"
+    );
+    assert!(
+        marks
+            .elide(
+                voter,
+                &openraft::raft::AppendEntriesRequest {
+                    entries: vec![],
+                    ..req(3, 4, 6)
+                }
+            )
+            .is_none(),
+        "a heartbeat is sent as it is"
+    );
+    marks.forget(voter);
+    assert!(marks.elide(voter, &req(3, 4, 6)).is_none(), "forgotten");
+    assert_eq!(stats.counts().elided, 2);
 }

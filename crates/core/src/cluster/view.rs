@@ -104,9 +104,10 @@ pub struct ClusterMetrics {
     pub raft_served: u64,
     /// Elections this member started promptly, its leader silent for the lease.
     pub prompt_elections: u64,
-    /// Early replication while this member led: pre-appends accepted, refused, failed, dropped
-    /// (see `kvfabric_directory::preappend`).
-    pub preappends: [u64; 4],
+    /// Early replication while this member led: pre-appends accepted, refused, failed, dropped,
+    /// and openraft requests sent without the entries they carried (see
+    /// `kvfabric_directory::preappend`).
+    pub preappends: [u64; 5],
     /// The block transport's counters.
     pub transport: CountersSnapshot,
     /// Re-replication: passes, blocks under-replicated in the last pass, copies made, copies
@@ -242,7 +243,7 @@ impl Cluster {
             prompt_elections: self.directory.prompt_elections(),
             preappends: {
                 let p = self.directory.preappends();
-                [p.accepted, p.refused, p.failed, p.dropped]
+                [p.accepted, p.refused, p.failed, p.dropped, p.elided]
             },
             transport: self.transport.counters(),
             repair: [

@@ -17,6 +17,7 @@ use super::FrameTransport;
 use crate::election::ElectionSignals;
 use crate::error::DirectoryError;
 use crate::ids::NodeId;
+use crate::preappend::Marks;
 use crate::rpc::{RpcRequest, RpcResponse};
 use crate::type_config::{Node, TypeConfig};
 
@@ -28,6 +29,8 @@ pub struct FramedNetworkFactory {
     frame_bytes_max: usize,
     /// Fed with the answers to this member's vote requests, and the leader lease.
     election: Option<(Arc<ElectionSignals>, Duration)>,
+    /// What each voter holds from pre-appends (see [`crate::preappend`]), when they run.
+    marks: Option<Arc<Marks>>,
 }
 
 impl FramedNetworkFactory {
@@ -42,7 +45,15 @@ impl FramedNetworkFactory {
             transport,
             frame_bytes_max,
             election: None,
+            marks: None,
         }
+    }
+
+    /// Sends openraft's append-entries without the entries a voter already accepted in a
+    /// pre-append (see [`Marks`]).
+    pub(crate) fn with_preappend_marks(mut self, marks: Arc<Marks>) -> FramedNetworkFactory {
+        self.marks = Some(marks);
+        self
     }
 
     /// Feeds `signals` with the answers to this member's vote requests; `lease` is the
@@ -68,6 +79,7 @@ impl RaftNetworkFactory<TypeConfig> for FramedNetworkFactory {
             transport: self.transport.clone(),
             frame_bytes_max: self.frame_bytes_max,
             election: self.election.clone(),
+            marks: self.marks.clone(),
         }
     }
 }
@@ -80,6 +92,7 @@ pub struct FramedNetwork {
     transport: Arc<dyn FrameTransport>,
     frame_bytes_max: usize,
     election: Option<(Arc<ElectionSignals>, Duration)>,
+    marks: Option<Arc<Marks>>,
 }
 
 /// Why a call failed before a response came back.
@@ -153,8 +166,9 @@ impl FramedNetwork {
     }
 }
 
-impl RaftNetwork<TypeConfig> for FramedNetwork {
-    async fn append_entries(
+impl FramedNetwork {
+    /// Sends `rpc` as it is.
+    pub(crate) async fn send(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
@@ -167,6 +181,30 @@ impl RaftNetwork<TypeConfig> for FramedNetwork {
                 r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
             }
             Ok(other) => Err(self.unexpected("append_entries", &other)),
+        }
+    }
+}
+
+impl RaftNetwork<TypeConfig> for FramedNetwork {
+    /// Sends openraft's request, without its entries when the voter holds them already
+    /// (see [`Marks`]); a voter that refuses that check gets the whole request.
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
+        let Some(marks) = self.marks.clone() else {
+            return self.send(rpc, option).await;
+        };
+        let Some(check) = marks.elide(self.target, &rpc) else {
+            return self.send(rpc, option).await;
+        };
+        match self.send(check, option.clone()).await? {
+            AppendEntriesResponse::Conflict => {
+                marks.forget(self.target);
+                self.send(rpc, option).await
+            }
+            other => Ok(other),
         }
     }
 
