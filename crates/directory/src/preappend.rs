@@ -54,6 +54,7 @@ pub const QUEUE_MAX: usize = 64;
 const MERGE_ENTRIES_MAX: usize = 64;
 
 /// One append of the leader's: the entry before it and the entries.
+#[derive(Clone)]
 pub(crate) struct Appended {
     prev: Option<LogId>,
     entries: Vec<Entry>,
@@ -113,7 +114,6 @@ impl PreappendStats {
 }
 
 /// What each voter is known to hold from pre-appends: under which vote, up to which index.
-#[derive(Default)]
 pub struct Marks {
     held: Mutex<BTreeMap<NodeId, (Vote<NodeId>, u64)>>,
     stats: Arc<PreappendStats>,
@@ -266,18 +266,12 @@ impl Fanout {
         };
         let live: BTreeSet<NodeId> = targets.iter().map(|(id, _)| *id).collect();
         self.voters.retain(|id, _| live.contains(id));
-        let last = targets.len().saturating_sub(1);
         let mut a = Some(a);
+        let count = targets.len();
         for (i, (id, addr)) in targets.into_iter().enumerate() {
-            let item = if i == last {
-                a.take().expect("taken once, at the last voter")
-            } else {
-                let a = a.as_ref().expect("present until the last voter");
-                Appended {
-                    prev: a.prev,
-                    entries: a.entries.clone(),
-                }
-            };
+            // The last voter takes the append itself; the others a copy.
+            let item = if i + 1 == count { a.take() } else { a.clone() };
+            let item = item.expect("present until the last voter takes it");
             let voter = match self.voters.get(&id) {
                 Some(v) if v.addr == addr && v.vote == vote && !v.tx.is_closed() => v,
                 _ => {

@@ -164,9 +164,7 @@ impl FramedNetwork {
             found: found.kind().to_string(),
         }))
     }
-}
 
-impl FramedNetwork {
     /// Sends `rpc` as it is.
     pub(crate) async fn send(
         &mut self,

@@ -171,14 +171,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map(|e| frame_entry(e).map(|r| (e.log_id, r)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(io_write)?;
-        // The log's last id before these entries (appends come one at a time from the core;
-        // the writer thread only retires durable entries from the tail, never the last one).
-        let staged_last = self.tail().last_log_id();
-        let prev = staged_last
-            .or_else(|| self.wal.last_log_id())
-            .or_else(|| self.wal.state().last_purged);
-        self.tail().stage(&entries).map_err(io_write)?;
+        let staged_last = {
+            let mut tail = self.tail();
+            let last = tail.last_log_id();
+            tail.stage(&entries).map_err(io_write)?;
+            last
+        };
         if let Some(tap) = self.preappend.get() {
+            // The log's last id before these entries: the tail's, or with the tail empty the
+            // WAL's (appends come one at a time from the core, and staging does not touch it).
+            let prev = staged_last
+                .or_else(|| self.wal.last_log_id())
+                .or_else(|| self.wal.state().last_purged);
             tap.offer(prev, &entries);
         }
         self.writer
