@@ -44,16 +44,14 @@ fn requests_beyond_the_inflight_limit_are_503() {
         ..Options::default()
     });
     let slow = half_put(&node);
-    eventually("the second request is refused as overloaded", || {
-        let r = node.get(Some(TOKEN_A), "/v1/models", &[]);
-        if r.status == 503 {
-            r.assert_error(503, "overloaded");
-            assert_eq!(r.header("retry-after"), Some("1"));
-            true
-        } else {
-            false
-        }
+    // Only the probes ask until the put holds the slot: a request sent now could reach the
+    // node before the put's headers do, take the slot, and have the put refused instead.
+    eventually("the half put holds the one slot", || {
+        node.metric("kvfabric_inflight_requests{node=\"n1\"}") == 1.0 && host_used(&node) > 0.0
     });
+    let r = node.get(Some(TOKEN_A), "/v1/models", &[]);
+    r.assert_error(503, "overloaded");
+    assert_eq!(r.header("retry-after"), Some("1"));
     assert_eq!(
         node.get(None, "/healthz", &[]).status,
         200,
