@@ -26,6 +26,30 @@ def kvfabric_bin() -> Path:
     return path
 
 
+#: Bound on a node's replica catching up with puts acknowledged through another node.
+VISIBLE_TIMEOUT_S = 60
+
+
+def visible(url: str, keys, owners: int = 1):
+    """Node ``url``'s lookup of ``keys`` once every key names a block with at least ``owners``
+    live owners. A plain lookup reads the node's own replica of the directory, which may trail
+    a put acknowledged through another node by a moment (docs/API.md, ``consistency=local``)."""
+    import time
+
+    import kvfabric
+
+    keys = list(keys)
+    client = kvfabric.Client(url)
+    deadline = time.monotonic() + VISIBLE_TIMEOUT_S
+    while True:
+        found = client.lookup(keys)
+        if all(f.block and len(f.owners) >= owners for f in found):
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{url} never resolved every key to {owners}+ owners: {found}")
+        time.sleep(0.02)
+
+
 class Cluster:
     """A local cluster started by ``kvfabric cluster up`` in ``dir``."""
 

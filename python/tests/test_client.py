@@ -11,6 +11,8 @@ import pytest
 import kvfabric
 from kvfabric import EngineBlock
 
+from conftest import visible
+
 V3 = kvfabric.model("deepseek-v3")
 
 
@@ -26,8 +28,8 @@ def test_put_then_get_from_another_node_into_each_kind_of_buffer(cluster):
     assert put.block == kvfabric.block_id("deepseek-v3", data, cluster.key()).hex()
     assert put.replicas == 2 and put.dedup in ("new", "shared")
     c3 = kvfabric.Client(cluster.url(3))
-    [hit] = c3.lookup([key])
-    assert hit.block == put.block and len(hit.owners) == 2
+    [hit] = visible(cluster.url(3), [key], owners=2)
+    assert hit.block == put.block
 
     ba = bytearray(V3.block_bytes)
     arr = np.zeros(V3.block_bytes, dtype=np.uint8)
@@ -92,6 +94,7 @@ def test_route_and_events(cluster):
     keys = kvfabric.chunk_keys("deepseek-v3", tokens)
     ind = kvfabric.chunk_keys("deepseek-v3", tokens, mode="independent")
     put = c.put(block(4), "deepseek-v3", chunk_key=keys[0], chunk_key_independent=ind[0])
+    visible(cluster.url(1), keys[:1])
     route = c.route(keys, chunks=ind, model="deepseek-v3")
     assert route["model"] == "deepseek-v3" and route["chunks"] == 2
     assert {n["node"] for n in route["nodes"]} == {"n1", "n2", "n3"}

@@ -80,11 +80,24 @@ def ready(url: str) -> bool:
         return False
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, waiting for its parent, does not)."""
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def restart(c: Cluster, node: int) -> None:
     """SIGKILL the node and start it again on its config (its disk tier survives)."""
     pid_file = c.dir / f"node{node}.pid"
-    os.kill(int(pid_file.read_text()), signal.SIGKILL)
-    time.sleep(0.2)
+    pid = int(pid_file.read_text())
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while alive(pid):  # its ports and data dir are free once it is gone
+        assert time.monotonic() < deadline, f"the killed node (pid {pid}) never went away"
+        time.sleep(0.05)
     log = open(c.dir / f"node{node}.log", "ab")
     p = subprocess.Popen(
         [str(kvfabric_bin()), "node", "--config", str(c.dir / f"node{node}.toml")],
@@ -96,6 +109,9 @@ def restart(c: Cluster, node: int) -> None:
     pid_file.write_text(f"{p.pid}\n")
     deadline = time.monotonic() + 120
     while not ready(c.url(node)):
+        if p.poll() is not None:
+            tail = (c.dir / f"node{node}.log").read_text()[-2000:]
+            raise AssertionError(f"the restarted node exited ({p.returncode}):\n{tail}")
         assert time.monotonic() < deadline, "the restarted node never became ready"
         time.sleep(0.2)
 
@@ -137,7 +153,7 @@ def test_vllm_decodes_every_event_kind_and_a_restart_epoch(node):
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     sub.setsockopt(zmq.RCVTIMEO, RECV_TIMEOUT_MS)
     sub.connect(ep_pub)
-    time.sleep(0.3)  # a PUB drops what it sends before the subscription arrives
+    time.sleep(1.0)  # a PUB drops what it sends before the subscription arrives
 
     tokens = list(range(5000, 5064))
     page_hashes = [bytes([i]) * 32 for i in range(1, 5)]

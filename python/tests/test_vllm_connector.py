@@ -16,7 +16,7 @@ import kvfabric
 from kvfabric.vllm import KvFabricConnector
 from kvfabric.vllm.harness import V3, Engine, vllm_config
 
-from conftest import Cluster
+from conftest import Cluster, visible
 
 B = V3.block_tokens
 
@@ -63,8 +63,7 @@ def test_saved_through_node1_loads_through_node3_bit_for_bit(
 
         q = consumer.request("q", prompt)
         keys = consumer.scheduler.scheduler.keys(q, 3)
-        found = kvfabric.Client(cluster.url(3)).lookup(keys)
-        assert all(f.block for f in found)
+        found = visible(cluster.url(3), keys)
         n, is_async = consumer.scheduler.get_num_new_matched_tokens(q, 0)
         assert n == 3 * B
         assert is_async == any("n3" not in f.owners for f in found)
@@ -124,7 +123,7 @@ def test_a_chunked_prefill_saves_each_chunk_once_in_the_step_that_completes_it(
             assert list(eng.token_ids) == prompt[c * B : (c + 1) * B]
             assert eng.page_tokens == 16 and eng.engine.startswith("vllm/")
         keys = e.scheduler.scheduler.keys(e.request("again", prompt), 3)
-        found = kvfabric.Client(cluster.url(1)).lookup(keys)
+        found = visible(cluster.url(1), keys)
         key = cluster.key()
         ids = [
             kvfabric.block_id("deepseek-v3", _block_of(e, blocks, c), key).hex() for c in range(3)
@@ -174,7 +173,7 @@ def test_a_flipped_byte_on_the_holders_disk_is_a_load_error_and_nothing_is_loade
         producer.wait("finished_sending", "p")
         n1 = kvfabric.Client(c.url(1))
         keys = producer.scheduler.scheduler.keys(r, 4)
-        held = [n1.lookup([k])[0].block for k in keys]
+        held = [f.block for f in visible(c.url(1), keys)]
         tiers = [n1.head(b).tier for b in held]
         assert tiers.count("disk") >= 2, tiers  # a host tier of one block: the rest demoted
         assert _flip_every_mib(c.disk_dir(1)) > 0
@@ -224,9 +223,7 @@ def test_bytes_that_do_not_hash_to_the_block_are_not_loaded(cluster, monkeypatch
             return info
 
         q = consumer.request("q", prompt)
-        second = (
-            kvfabric.Client(cluster.url(2)).lookup(consumer.scheduler.scheduler.keys(q, 2))[1].block
-        )
+        second = visible(cluster.url(2), consumer.scheduler.scheduler.keys(q, 2))[1].block
         monkeypatch.setattr(worker.client, "get_into", flip_second_block)
         n, is_async = consumer.scheduler.get_num_new_matched_tokens(q, 0)
         assert (n, is_async) == (2 * B, False), "held by the bound node: a synchronous load"

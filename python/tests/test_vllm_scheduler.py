@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import kvfabric
 from kvfabric.vllm.harness import V3, SchedulerEngine, tiny_model_dir
 
-from conftest import Cluster
+from conftest import Cluster, visible
 
 B = V3.block_tokens
 
@@ -63,7 +62,7 @@ def test_vllms_scheduler_saves_through_one_node_and_loads_through_another(
         a.run(_gone("p"))  # prefilled, sampled, finished, its pages freed after the puts
         assert a.workers[0].worker.stats["saved"] == 3
         keys = a.scheduler.scheduler.keys(a.request("probe", prompt), 3)
-        owners = [f.owners for f in kvfabric.Client(cluster.url(3)).lookup(keys)]
+        owners = [f.owners for f in visible(cluster.url(3), keys)]
         assert owners == [("n1",)] * 3
         b = SchedulerEngine(cluster.url(3 if remote else 1), model_dir, model="deepseek-v3")
         q = b.add("q", prompt, seed=seed)
@@ -103,7 +102,7 @@ def test_a_block_that_fails_verification_is_recomputed_or_fails_the_request(
         a.run(_gone("p"))
         worker = b.workers[0].worker
         keys = b.scheduler.scheduler.keys(b.request("probe", prompt), 3)
-        second = kvfabric.Client(cluster.url(2)).lookup(keys)[1].block
+        second = visible(cluster.url(2), keys)[1].block
         real = worker.client.get_into
 
         def corrupt_second(block, out, **kw):

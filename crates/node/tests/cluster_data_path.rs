@@ -141,7 +141,16 @@ fn short_of_replicas_is_a_typed_503_and_dead_owners_are_503_not_404() {
     init_tracing();
     let g = builtin(MODEL);
     tracing::info!("phase 1: three nodes asked for three copies");
-    let mut cluster = cluster_harness::kvfabric().cluster_with(3, &["--replication", "3"]);
+    // No repair: it would copy the blocks short of three copies to the restarted n3.
+    let mut cluster = cluster_harness::kvfabric().cluster_with(
+        3,
+        &[
+            "--replication",
+            "3",
+            "--cluster-set",
+            "repair_interval_ms=0",
+        ],
+    );
     cluster.agreed_leader(&[1, 2, 3]);
     let bytes = payload(&g, 21);
     let r = cluster.put_block(1, &g, &bytes, &[]);

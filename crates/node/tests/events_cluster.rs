@@ -115,8 +115,10 @@ fn a_pushed_copy_is_published_under_the_engine_identity_it_was_put_with() {
         .into_iter()
         .filter(|n| cluster.holds(*n, &id))
         .collect();
-    let [copy] = holders[..] else {
-        panic!("expected one pushed copy, found holders {holders:?}");
+    // A push hedged on a loaded machine may leave a copy on both (docs/API.md, "Hedging");
+    // each is pushed with the put's identity.
+    let &[copy, ..] = &holders[..] else {
+        panic!("expected a pushed copy on n2 or n3, found none");
     };
 
     tracing::info!("phase 3: the copy's stored event on n{copy} carries the put's identity");

@@ -38,11 +38,11 @@ fn a_linearizable_lookup_sees_every_acknowledged_put_on_every_node() {
             assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
             let v = r.json();
             assert_eq!(v["results"][0]["block"], block.as_str(), "n{reader}: {v}");
-            assert_eq!(
-                v["results"][0]["owners"].as_array().unwrap().len(),
-                2,
-                "{v}"
-            );
+            // The two copies the put counted (a push hedged on a loaded machine may have
+            // left a third: docs/API.md, "Hedging").
+            let owners = v["results"][0]["owners"].as_array().unwrap();
+            assert!(owners.len() >= 2, "{v}");
+            assert!(owners.contains(&format!("n{writer}").into()), "{v}");
         }
     }
     for bad in [

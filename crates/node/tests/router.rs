@@ -217,9 +217,10 @@ fn requests_in_flight_move_the_next_request_to_an_idle_backend() {
             rate,
         ])
     };
-    // Backend n1 prefills 2 chunks in 8 s; n2 is fast. Both read the same node, so their
-    // scores tie and only load separates them.
-    let slow = engine("16");
+    // Backend n1 prefills 2 chunks in 16 s (the margin for the two requests below on a loaded
+    // machine); n2 is fast. Both read the same node, so their scores tie and only load
+    // separates them.
+    let slow = engine("8");
     let fast = engine("1000000");
     let router = single_node_router(&[("n1", &slow.url), ("n2", &fast.url)], &node);
     let url = router.url.clone();

@@ -68,9 +68,12 @@ impl Rig {
     /// Every node serves `id` with the bytes of `seed` and resolves `chunk` to it; then the
     /// blocks those reads promoted to RAM are pushed back to disk.
     fn readable_everywhere(&self, id: &str, seed: u64, chunk: &str, when: &str) {
+        // A lookup reads the node's own replica, which may trail the put by a commit.
         for n in NODES {
-            let (block, _) = self.c.lookup(n, chunk);
-            assert_eq!(block.as_deref(), Some(id), "{when}: n{n} lookup {chunk}");
+            self.c
+                .wait_for(&format!("{when}: n{n} to resolve {chunk} to {id}"), || {
+                    (self.c.lookup(n, chunk).0.as_deref() == Some(id)).then_some(())
+                });
         }
         self.served_everywhere(id, seed, when);
     }
