@@ -83,7 +83,9 @@ async fn replica_owners(c: &FabricCluster, node: NodeId, key: ChunkKey) -> Vec<N
 
 /// Waits until `node`'s replica names exactly `want` as `key`'s owners.
 async fn await_owners(c: &FabricCluster, node: NodeId, key: ChunkKey, want: &[NodeId]) {
-    for _ in 0..500 {
+    // Bounded in wall time, generously: a loaded machine runs the cluster's tasks late.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
         if replica_owners(c, node, key).await == want {
             return;
         }

@@ -36,7 +36,13 @@ fn an_isolated_member_cannot_commit_and_commits_again_once_the_others_return() {
     tracing::info!("phase 1: n2 and n3 stopped: n1 alone is a minority");
     signal(&cluster, 2, libc::SIGSTOP);
     signal(&cluster, 3, libc::SIGSTOP);
-    let applied = cluster.raft_stat(1, "last_applied").unwrap();
+    // An entry committed just before the stops may still be applying on n1: wait until its
+    // applied index holds still.
+    let applied = cluster.wait_for("n1's applied index to hold still", || {
+        let a = cluster.raft_stat(1, "last_applied")?;
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        (cluster.raft_stat(1, "last_applied")? == a).then_some(a)
+    });
     let k = key("minority", 0);
     let r = cluster.put_block(1, &g, &payload(&g, 70), &[("kvfabric-chunk-key", &k)]);
     assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
