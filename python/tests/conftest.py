@@ -7,6 +7,7 @@ import http.server
 import os
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -34,8 +35,6 @@ def visible(url: str, keys, owners: int = 1):
     """Node ``url``'s lookup of ``keys`` once every key names a block with at least ``owners``
     live owners. A plain lookup reads the node's own replica of the directory, which may trail
     a put acknowledged through another node by a moment (docs/API.md, ``consistency=local``)."""
-    import time
-
     import kvfabric
 
     keys = list(keys)

@@ -48,10 +48,9 @@ fn a_put_is_replicated_and_a_get_elsewhere_fetches_verifies_and_registers() {
                 let (block, owners) = cluster.lookup(1, &k);
                 (owners.len() >= 2).then_some((block, owners))
             });
-            // A hedged push still in flight lands within its attempt bound (2 s).
-            std::thread::sleep(std::time::Duration::from_millis(2_500));
+            let holders = cluster.settled_holders(&id);
             let spare =
-                (1..=3).any(|n| !owners.contains(&format!("n{n}")) && !cluster.holds(n, &id));
+                (1..=3).any(|n| !owners.contains(&format!("n{n}")) && !holders.contains(&n));
             spare.then_some((bytes, k, id, block, owners))
         })
         .expect("a put left one node without a copy within 5 tries");
@@ -103,8 +102,7 @@ fn a_put_is_replicated_and_a_get_elsewhere_fetches_verifies_and_registers() {
             let r = cluster.put_block(1, &g, &bytes2, &[]);
             assert_eq!(r.status, 201);
             let id2 = r.json()["block"].as_str().unwrap().to_owned();
-            std::thread::sleep(std::time::Duration::from_millis(2_500));
-            let holders: Vec<u64> = (1..=3).filter(|n| cluster.holds(*n, &id2)).collect();
+            let holders = cluster.settled_holders(&id2);
             assert!(holders.len() >= 2, "{holders:?}");
             let far = (1..=3).find(|n| !holders.contains(n))?;
             Some((bytes2, id2, far))

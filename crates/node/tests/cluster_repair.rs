@@ -68,9 +68,7 @@ fn a_block_that_lost_a_holder_is_copied_to_another_node() {
             assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
             assert_eq!(r.json()["replicas"], 2);
             let id = r.json()["block"].as_str().unwrap().to_owned();
-            // A hedged push still in flight lands within its attempt bound (2 s).
-            std::thread::sleep(std::time::Duration::from_millis(2_500));
-            let holders: Vec<u64> = (1..=3).filter(|n| cluster.holds(*n, &id)).collect();
+            let holders = cluster.settled_holders(&id);
             assert!(holders.len() >= 2, "holders {holders:?}");
             (holders.len() == 2).then_some((bytes, id, holders))
         })

@@ -188,9 +188,8 @@ fn the_overview_of_a_cluster_shows_every_member_with_counters_and_fetches() {
             let r = cluster.put_block(1, &g, &payload(&g, seed), &[]);
             assert_eq!(r.status, 201, "{}", r.text());
             let id = r.json()["block"].as_str().unwrap().to_owned();
-            // A hedged push still in flight lands within its attempt bound (2 s).
-            std::thread::sleep(std::time::Duration::from_millis(2_500));
-            (2..=3).any(|n| !cluster.holds(n, &id)).then_some(id)
+            let holders = cluster.settled_holders(&id);
+            (2..=3).any(|n| !holders.contains(&n)).then_some(id)
         })
         .expect("a put left a member without a copy within 5 tries");
     for n in 2..=3 {

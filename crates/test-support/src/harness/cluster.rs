@@ -265,6 +265,17 @@ impl Cluster {
                 .is_some_and(|v| v == "local")
     }
 
+    /// The members holding a copy of `block` once a push of it still in flight has landed:
+    /// a put answers once r copies are in, and a push hedged on a loaded machine may land
+    /// a copy more within its attempt bound (2 s; docs/API.md, "Hedging"). Every member
+    /// must be running.
+    pub fn settled_holders(&self, block: &str) -> Vec<u64> {
+        std::thread::sleep(Duration::from_millis(2_500));
+        (1..=self.apis.len() as u64)
+            .filter(|n| self.holds(*n, block))
+            .collect()
+    }
+
     /// HEAD of a block on node `id`: its status and `kvfabric-source`; `None` without an
     /// answer.
     pub fn get_head(&self, id: u64, block: &str) -> Option<(u16, Option<String>)> {
