@@ -4,10 +4,13 @@
 //! one. Variants are grouped by who is at fault: our config, the peer's bytes, the network, the
 //! local fabric (UCX, RDMA), or the local files the certificates live in.
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use kvfabric_store::BlockId;
 
+use crate::counters::TransportCounters;
 use crate::frame::FrameError;
 use crate::peer::PeerAddr;
 
@@ -221,4 +224,23 @@ impl TransportError {
                 | TransportError::Truncated { .. }
         )
     }
+}
+
+/// `work`, bounded by `limit`. Past it the timeout is counted and typed as `what`, with the peer
+/// and the bound in milliseconds. Every wait on a peer, in every transport, is bounded this way.
+pub(crate) async fn bounded<T>(
+    limit: Duration,
+    counters: &TransportCounters,
+    peer: &PeerAddr,
+    what: &'static str,
+    work: impl Future<Output = Result<T, TransportError>>,
+) -> Result<T, TransportError> {
+    tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
+        counters.timeouts();
+        Err(TransportError::Timeout {
+            peer: peer.clone(),
+            what,
+            after_ms: limit.as_millis() as u64,
+        })
+    })
 }

@@ -30,7 +30,7 @@ use tokio::sync::Semaphore;
 
 use crate::config::TransportConfig;
 use crate::counters::{CountersSnapshot, TransportCounters};
-use crate::error::TransportError;
+use crate::error::{bounded, TransportError};
 use crate::frame::{
     decode_any_request, decode_response, push_header, FrameHeader, FrameKind, HELD_LENGTH,
 };
@@ -379,26 +379,6 @@ impl MemoryTransport {
         }
     }
 
-    /// `work` within `fetch_timeout_ms`, a timeout counted and typed as `what`.
-    async fn bounded<T>(
-        &self,
-        peer: &PeerAddr,
-        what: &'static str,
-        work: impl std::future::Future<Output = Result<T, TransportError>>,
-    ) -> Result<T, TransportError> {
-        match tokio::time::timeout(self.config.fetch_timeout(), work).await {
-            Ok(r) => r,
-            Err(_) => {
-                self.counters.timeouts();
-                Err(TransportError::Timeout {
-                    peer: peer.clone(),
-                    what,
-                    after_ms: self.config.fetch_timeout_ms,
-                })
-            }
-        }
-    }
-
     /// A response header as the peer would send it, decoded and checked as this side would
     /// receive it.
     fn receive_header(
@@ -621,7 +601,8 @@ impl Transport for MemoryTransport {
                 let _in_flight = InFlight(&self.counters);
                 self.fetch_once(peer, namespace, id).await
             };
-            let r = self.bounded(peer, "fetch", attempt).await;
+            let limit = self.config.fetch_timeout();
+            let r = bounded(limit, &self.counters, peer, "fetch", attempt).await;
             match &r {
                 Ok(_) => self.counters.fetches_ok(),
                 Err(_) => self.counters.fetches_failed(),
@@ -660,7 +641,8 @@ impl Transport for MemoryTransport {
                     .map_err(|_| TransportError::Closed)?;
                 self.push_once(peer, block).await
             };
-            let r = self.bounded(peer, "push", attempt).await;
+            let limit = self.config.fetch_timeout();
+            let r = bounded(limit, &self.counters, peer, "push", attempt).await;
             match &r {
                 Ok(()) => self.counters.pushes_ok(),
                 Err(_) => self.counters.pushes_failed(),
@@ -676,9 +658,9 @@ impl Transport for MemoryTransport {
         id: BlockId,
     ) -> TransportFuture<'a, Result<u64, TransportError>> {
         Box::pin(async move {
-            let r = self
-                .bounded(peer, "probe", self.probe_once(peer, namespace, id))
-                .await;
+            let probe = self.probe_once(peer, namespace, id);
+            let limit = self.config.fetch_timeout();
+            let r = bounded(limit, &self.counters, peer, "probe", probe).await;
             match &r {
                 Ok(_)
                 | Err(TransportError::NotFound { .. } | TransportError::Unavailable { .. }) => {
@@ -759,17 +741,7 @@ impl Messenger for MemoryTransport {
                 served.counters.messages_served();
                 Ok(answer)
             };
-            let r = match tokio::time::timeout(limit, attempt).await {
-                Ok(r) => r,
-                Err(_) => {
-                    self.counters.timeouts();
-                    Err(TransportError::Timeout {
-                        peer: peer.clone(),
-                        what: "message",
-                        after_ms: limit.as_millis() as u64,
-                    })
-                }
-            };
+            let r = bounded(limit, &self.counters, peer, "message", attempt).await;
             match &r {
                 Ok(_) => self.counters.messages_ok(),
                 Err(_) => self.counters.messages_failed(),

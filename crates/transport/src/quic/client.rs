@@ -8,14 +8,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use kvfabric_store::{BlockId, NamespaceKey};
-use quinn::{Connection, ReadExactError};
+use quinn::Connection;
 use tokio::sync::oneshot::Sender;
 use tokio::sync::Semaphore;
 
 use crate::config::TransportConfig;
 use crate::counters::TransportCounters;
-use crate::error::TransportError;
-use crate::frame::{decode_response, FrameError, FrameHeader, FrameKind, FRAME_HEADER_LEN};
+use crate::error::{bounded, TransportError};
+use crate::frame::{FrameError, FrameHeader, FrameKind};
 use crate::peer::PeerAddr;
 use crate::quic::errors;
 use crate::quic::path::PathKind;
@@ -64,7 +64,6 @@ struct Dial {
     config: quinn::ClientConfig,
     peer: PeerAddr,
     connect_timeout: std::time::Duration,
-    connect_timeout_ms: u64,
     counters: Arc<TransportCounters>,
 }
 
@@ -99,18 +98,15 @@ impl Dial {
                 peer: peer.clone(),
                 reason: e.to_string(),
             })?;
-        let conn = match tokio::time::timeout(self.connect_timeout, connecting).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => return Err(errors::connection(peer, e)),
-            Err(_) => {
-                self.counters.timeouts();
-                return Err(TransportError::Timeout {
-                    peer: peer.clone(),
-                    what: "connect",
-                    after_ms: self.connect_timeout_ms,
-                });
-            }
-        };
+        let connected = async { connecting.await.map_err(|e| errors::connection(peer, e)) };
+        let conn = bounded(
+            self.connect_timeout,
+            &self.counters,
+            peer,
+            "connect",
+            connected,
+        )
+        .await?;
         self.counters.connections_opened();
         let (watched, counters) = (conn.clone(), self.counters.clone());
         let (retire, retired) = tokio::sync::oneshot::channel::<()>();
@@ -186,17 +182,8 @@ impl Client {
             self.receive_block(&conn, peer, id, recv, length, sink)
                 .await
         };
-        let result = match tokio::time::timeout(self.config.fetch_timeout(), attempt).await {
-            Ok(r) => r,
-            Err(_) => {
-                self.counters.timeouts();
-                Err(TransportError::Timeout {
-                    peer: peer.clone(),
-                    what: "fetch",
-                    after_ms: self.config.fetch_timeout_ms,
-                })
-            }
-        };
+        let fetch_timeout = self.config.fetch_timeout();
+        let result = bounded(fetch_timeout, &self.counters, peer, "fetch", attempt).await;
         match &result {
             Ok(_) => self.counters.fetches_ok(),
             Err(e) => {
@@ -232,7 +219,6 @@ impl Client {
             config: self.client_configs[channel][PathKind::of(peer.addr).index()].clone(),
             peer: peer.clone(),
             connect_timeout: self.config.connect_timeout(),
-            connect_timeout_ms: self.config.connect_timeout_ms,
             counters: self.counters.clone(),
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -362,21 +348,7 @@ impl Client {
         // Only fails if the stream is already closed, which the read below reports.
         send.finish().ok();
 
-        let mut head = [0u8; FRAME_HEADER_LEN];
-        match recv.read_exact(&mut head).await {
-            Ok(()) => {}
-            Err(ReadExactError::FinishedEarly(found)) => {
-                let error = FrameError::Truncated {
-                    expected: FRAME_HEADER_LEN,
-                    found,
-                };
-                return Err(self.violation(conn, peer, error));
-            }
-            Err(e) => return Err(errors::read_exact(peer, e)),
-        }
-        self.counters.add_bytes_in(FRAME_HEADER_LEN as u64);
-        let response = decode_response(&head, &request, self.config.max_frame_bytes)
-            .map_err(|e| self.violation(conn, peer, e))?;
+        let response = self.answer(conn, peer, &mut recv, &request).await?;
         match response.kind {
             FrameKind::Block => {}
             FrameKind::NotFound => {

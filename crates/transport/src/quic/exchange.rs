@@ -10,7 +10,7 @@ use quinn::{Connection, ReadExactError};
 
 use super::client::{ChannelIndex, Client, BLOCKS};
 use super::errors;
-use crate::error::TransportError;
+use crate::error::{bounded, TransportError};
 use crate::frame::{
     decode_response, push_header, FrameError, FrameHeader, FrameKind, FRAME_HEADER_LEN, HELD_LENGTH,
 };
@@ -33,7 +33,8 @@ impl Client {
             let conn = self.connection(peer, BLOCKS).await?;
             self.push_on(&conn, peer, block).await
         };
-        let r = self.bounded(peer, "push", attempt).await;
+        let limit = self.config.fetch_timeout();
+        let r = bounded(limit, &self.counters, peer, "push", attempt).await;
         match &r {
             Ok(()) => self.counters.pushes_ok(),
             Err(_) => self.counters.pushes_failed(),
@@ -52,7 +53,8 @@ impl Client {
             let conn = self.connection(peer, BLOCKS).await?;
             self.probe_on(&conn, peer, namespace, id).await
         };
-        let r = self.bounded(peer, "probe", attempt).await;
+        let limit = self.config.fetch_timeout();
+        let r = bounded(limit, &self.counters, peer, "probe", attempt).await;
         match &r {
             Ok(_) | Err(TransportError::NotFound { .. } | TransportError::Unavailable { .. }) => {
                 self.counters.probes_ok()
@@ -101,17 +103,7 @@ impl Client {
                 .map_err(|e| errors::read_exact(peer, e))?;
             Ok(body)
         };
-        let r = match tokio::time::timeout(limit, attempt).await {
-            Ok(r) => r,
-            Err(_) => {
-                self.counters.timeouts();
-                Err(TransportError::Timeout {
-                    peer: peer.clone(),
-                    what: "message",
-                    after_ms: limit.as_millis() as u64,
-                })
-            }
-        };
+        let r = bounded(limit, &self.counters, peer, "message", attempt).await;
         match &r {
             Ok(_) => self.counters.messages_ok(),
             Err(_) => {
@@ -125,28 +117,8 @@ impl Client {
         r
     }
 
-    /// `work`, bounded by `fetch_timeout_ms` (a timeout is counted and typed as `what`).
-    async fn bounded<T>(
-        &self,
-        peer: &PeerAddr,
-        what: &'static str,
-        work: impl std::future::Future<Output = Result<T, TransportError>>,
-    ) -> Result<T, TransportError> {
-        match tokio::time::timeout(self.config.fetch_timeout(), work).await {
-            Ok(r) => r,
-            Err(_) => {
-                self.counters.timeouts();
-                Err(TransportError::Timeout {
-                    peer: peer.clone(),
-                    what,
-                    after_ms: self.config.fetch_timeout_ms,
-                })
-            }
-        }
-    }
-
     /// Reads and checks the answer header to `request` on `recv`.
-    async fn answer(
+    pub(super) async fn answer(
         &self,
         conn: &Connection,
         peer: &PeerAddr,

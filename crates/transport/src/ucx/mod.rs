@@ -117,7 +117,7 @@ use tokio::sync::{oneshot, Semaphore};
 
 use crate::config::{TransportConfig, UcxMode};
 use crate::counters::{CountersSnapshot, TransportCounters};
-use crate::error::TransportError;
+use crate::error::{bounded, TransportError};
 use crate::frame::{push_header, FrameHeader, FrameKind};
 use crate::peer::PeerAddr;
 use crate::receive::{BlockReceiver, PayloadSink};
@@ -290,17 +290,14 @@ impl UcxTransport {
             pending.finished = true;
             result?
         };
-        match tokio::time::timeout(inner.config.fetch_timeout(), attempt).await {
-            Ok(r) => r,
-            Err(_) => {
-                inner.counters.timeouts();
-                Err(TransportError::Timeout {
-                    peer: peer.clone(),
-                    what,
-                    after_ms: inner.config.fetch_timeout_ms,
-                })
-            }
-        }
+        bounded(
+            inner.config.fetch_timeout(),
+            &inner.counters,
+            peer,
+            what,
+            attempt,
+        )
+        .await
     }
 
     /// Fetches `ids` from `peer`, at most `fetches_in_flight_max` at a time (pipelined on the
