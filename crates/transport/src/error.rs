@@ -3,6 +3,9 @@
 //! Every variant says what was expected and what was found, and names the peer when there is
 //! one. Variants are grouped by who is at fault: our config, the peer's bytes, the network, the
 //! local fabric (UCX, RDMA), or the local files the certificates live in.
+//!
+//! `bounded` is the one way a transport bounds a wait on a peer: a timeout is counted and
+//! typed like any other failure.
 
 use std::future::Future;
 use std::path::PathBuf;
