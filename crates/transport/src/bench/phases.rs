@@ -88,16 +88,8 @@ pub(crate) async fn tcp_phase(
     let mut total = 0u64;
     for _ in 0..count {
         let len = stream.read_u64_le().await?;
-        let mut buf = if std::env::var("TCP_REUSE").is_ok() {
-            vec![0u8; len as usize]
-        } else {
-            Vec::with_capacity(len as usize)
-        };
-        if std::env::var("TCP_REUSE").is_ok() {
-            stream.read_exact(&mut buf).await?;
-        } else {
-            (&mut *stream).take(len).read_to_end(&mut buf).await?;
-        }
+        let mut buf = Vec::with_capacity(len as usize);
+        (&mut *stream).take(len).read_to_end(&mut buf).await?;
         anyhow::ensure!(buf.len() as u64 == len, "short TCP block");
         total += len;
     }
