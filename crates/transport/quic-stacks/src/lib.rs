@@ -12,14 +12,14 @@ use std::time::Instant;
 use anyhow::ensure;
 
 /// Bytes per block: `kvfabric bench transport`'s 4,497,408-byte payload and 64-byte header.
-pub const BLOCK_BYTES: usize = 4_497_472;
+const BLOCK_BYTES: usize = 4_497_472;
 /// The request for the server's CPU seconds (8 bytes, little-endian `f64`) instead of a block.
 pub const CPU_REQUEST: u32 = u32::MAX;
 /// Blocks fetched before measuring, so that the path's MTU and the windows have settled.
-pub const WARM_UP: u32 = 8;
+const WARM_UP: u32 = 8;
 /// Bytes received before they are hashed (as kvfabric's receiver hashes in runs, not per
 /// packet).
-pub const HASH_RUN: usize = 256 << 10;
+const HASH_RUN: usize = 256 << 10;
 
 /// Block `i`'s bytes: blake3's output stream keyed by the index (incompressible, repeatable).
 pub fn block(i: u32) -> Vec<u8> {
@@ -31,7 +31,7 @@ pub fn block(i: u32) -> Vec<u8> {
 }
 
 /// The ids of blocks `0..n`.
-pub fn ids(n: u32) -> Vec<blake3::Hash> {
+fn ids(n: u32) -> Vec<blake3::Hash> {
     (0..n).map(|i| blake3::hash(&block(i))).collect()
 }
 
@@ -103,7 +103,7 @@ impl Receiver {
     }
 
     /// The answer as it arrived (no check).
-    pub fn bytes(&self) -> &[u8] {
+    fn bytes(&self) -> &[u8] {
         &self.buf[..self.len]
     }
 
@@ -120,44 +120,55 @@ impl Receiver {
 }
 
 /// The server's CPU seconds from its answer to a [`CPU_REQUEST`].
-pub fn parse_cpu(bytes: &[u8]) -> anyhow::Result<f64> {
+fn parse_cpu(bytes: &[u8]) -> anyhow::Result<f64> {
     let b: [u8; 8] = bytes.try_into().map_err(|_| {
         anyhow::anyhow!("server CPU reply: expected 8 bytes, found {}", bytes.len())
     })?;
     Ok(f64::from_le_bytes(b))
 }
 
-/// Times the measured fetches and prints the line `run` collects.
-pub struct Measure {
-    start: Instant,
-    client0: f64,
-    server0: f64,
-}
-
-impl Measure {
-    /// Starts measuring, given the server's CPU seconds now.
-    pub fn start(server0: f64) -> Measure {
-        Measure {
-            start: Instant::now(),
-            client0: cpu_seconds(),
-            server0,
+/// The fetch side of every stack: [`WARM_UP`] fetches, then every block `rounds` times,
+/// each checked against its id, timed, with both processes' CPU over that interval; prints
+/// `STACK fetch, verified, mtu M: G GB/s, CPU s/GB client+server T = C + S`, the line `run`
+/// collects. `request(i, rx)` asks the server for `i` and receives the whole answer into `rx`.
+pub fn measure(
+    stack: &str,
+    mtu: u16,
+    blocks: u32,
+    rounds: u32,
+    mut request: impl FnMut(u32, &mut Receiver) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let ids = ids(blocks);
+    let mut rx = Receiver::default();
+    let mut fetch = |i: u32, rx: &mut Receiver| -> anyhow::Result<f64> {
+        request(i, rx)?;
+        match i {
+            CPU_REQUEST => parse_cpu(rx.bytes()),
+            i => rx.verify(i, &ids[i as usize]).map(|()| 0.0),
+        }
+    };
+    for i in (0..WARM_UP).map(|i| i % blocks) {
+        fetch(i, &mut rx)?;
+    }
+    let server0 = fetch(CPU_REQUEST, &mut rx)?;
+    let (start, client0) = (Instant::now(), cpu_seconds());
+    for _ in 0..rounds {
+        for i in 0..blocks {
+            fetch(i, &mut rx)?;
         }
     }
-
-    /// Prints `STACK fetch, verified, mtu M: G GB/s, CPU s/GB client+server T = C + S`.
-    pub fn report(&self, stack: &str, mtu: u16, bytes: u64, server1: f64) {
-        let secs = self.start.elapsed().as_secs_f64();
-        let client = cpu_seconds() - self.client0;
-        let server = server1 - self.server0;
-        let gb = bytes as f64 / 1e9;
-        println!(
-            "{stack} fetch, verified, mtu {mtu}: {:.2} GB/s, CPU s/GB client+server {:.2} = {:.2} + {:.2}",
-            gb / secs,
-            (client + server) / gb,
-            client / gb,
-            server / gb
-        );
-    }
+    let secs = start.elapsed().as_secs_f64();
+    let client = cpu_seconds() - client0;
+    let server = fetch(CPU_REQUEST, &mut rx)? - server0;
+    let gb = (u64::from(rounds) * u64::from(blocks) * BLOCK_BYTES as u64) as f64 / 1e9;
+    println!(
+        "{stack} fetch, verified, mtu {mtu}: {:.2} GB/s, CPU s/GB client+server {:.2} = {:.2} + {:.2}",
+        gb / secs,
+        (client + server) / gb,
+        client / gb,
+        server / gb
+    );
+    Ok(())
 }
 
 /// Writes a self-signed certificate for `localhost` and its key to `DIR/cert.pem` and

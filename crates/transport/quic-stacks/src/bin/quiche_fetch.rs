@@ -3,7 +3,7 @@
 //! GSO sends and GRO receives (`kvfabric_quic_stacks::udp`), the same offloads quinn uses;
 //! datagrams sized to the link's MTU (the path is known, so no MTU probing); blocks handed to
 //! quiche without a copy (`stream_send_zc`), received straight into the block's buffer;
-//! CUBIC, quiche's default (`BBR=1` for BBRv2). The server serves one connection and exits.
+//! CUBIC, quiche's default. The server serves one connection and exits.
 //!
 //! ```text
 //! quiche-fetch serve ADDR DIR BLOCKS MTU
@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use anyhow::bail;
 use bytes::Bytes;
 use kvfabric_quic_stacks::udp::{Socket, SEND_BYTES};
-use kvfabric_quic_stacks::{self as w, Measure, Receiver};
+use kvfabric_quic_stacks::{self as w, Receiver};
 
 /// Blocks handed to quiche by reference: `Bytes` that split without copying.
 #[derive(Clone, Debug, Default)]
@@ -69,9 +69,6 @@ fn config(dir: &str, mtu: u16, server: bool) -> anyhow::Result<quiche::Config> {
     c.set_initial_max_stream_data_bidi_local(16 << 20);
     c.set_initial_max_stream_data_bidi_remote(16 << 20);
     c.set_initial_max_streams_bidi(1 << 20);
-    if std::env::var_os("BBR").is_some() {
-        c.set_cc_algorithm(quiche::CongestionControlAlgorithm::Bbr2Gcongestion);
-    }
     Ok(c)
 }
 
@@ -239,10 +236,11 @@ fn request(ep: &mut Endpoint, stream: &mut u64, i: u32, rx: &mut Receiver) -> an
 }
 
 fn fetch(addr: SocketAddr, dir: &str, blocks: u32, rounds: u32, mtu: u16) -> anyhow::Result<()> {
-    let ids = w::ids(blocks);
     let mut cfg = config(dir, mtu, false)?;
     let sock = Socket::bind("0.0.0.0:0".parse()?)?;
-    let scid = quiche::ConnectionId::from_vec(w::block(u32::MAX - 1)[..16].to_vec());
+    let scid = quiche::ConnectionId::from_vec(
+        blake3::hash(b"quiche-fetch client").as_bytes()[..16].to_vec(),
+    );
     let conn = quiche::connect_with_buffer_factory::<Shared>(
         Some("localhost"),
         &scid,
@@ -261,22 +259,10 @@ fn fetch(addr: SocketAddr, dir: &str, blocks: u32, rounds: u32, mtu: u16) -> any
     while !ep.conn.is_established() {
         ep.step()?;
     }
-    let (mut stream, mut rx) = (0u64, Receiver::default());
-    for i in (0..w::WARM_UP).map(|i| i % blocks) {
-        request(&mut ep, &mut stream, i, &mut rx)?;
-        rx.verify(i, &ids[i as usize])?;
-    }
-    request(&mut ep, &mut stream, w::CPU_REQUEST, &mut rx)?;
-    let m = Measure::start(w::parse_cpu(rx.bytes())?);
-    for _ in 0..rounds {
-        for i in 0..blocks {
-            request(&mut ep, &mut stream, i, &mut rx)?;
-            rx.verify(i, &ids[i as usize])?;
-        }
-    }
-    let bytes = u64::from(rounds) * u64::from(blocks) * w::BLOCK_BYTES as u64;
-    request(&mut ep, &mut stream, w::CPU_REQUEST, &mut rx)?;
-    m.report("quiche", mtu, bytes, w::parse_cpu(rx.bytes())?);
+    let mut stream = 0u64;
+    w::measure("quiche", mtu, blocks, rounds, |i, rx| {
+        request(&mut ep, &mut stream, i, rx)
+    })?;
     ep.conn.close(true, 0, b"done")?;
     ep.flush()
 }

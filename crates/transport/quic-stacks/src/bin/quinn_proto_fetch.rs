@@ -18,7 +18,7 @@ use std::time::Instant;
 use anyhow::{anyhow, bail};
 use bytes::{Bytes, BytesMut};
 use kvfabric_quic_stacks::udp::{Socket, SEND_BYTES};
-use kvfabric_quic_stacks::{self as w, Measure, Receiver};
+use kvfabric_quic_stacks::{self as w, Receiver};
 use quinn_proto::{
     ClientConfig, Connection, ConnectionHandle, DatagramEvent, Dir, Endpoint, EndpointConfig,
     Event, ReadError, ServerConfig, StreamEvent, StreamId, TransportConfig, VarInt,
@@ -282,7 +282,6 @@ fn request(d: &mut Driver, i: u32, rx: &mut Receiver) -> anyhow::Result<()> {
 }
 
 fn fetch(addr: SocketAddr, dir: &str, blocks: u32, rounds: u32, mtu: u16) -> anyhow::Result<()> {
-    let ids = w::ids(blocks);
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from_pem_file(format!("{dir}/cert.pem"))?)?;
     let mut cc = ClientConfig::with_root_certificates(Arc::new(roots))?;
@@ -294,26 +293,11 @@ fn fetch(addr: SocketAddr, dir: &str, blocks: u32, rounds: u32, mtu: u16) -> any
     while d.conn.is_handshaking() {
         d.step()?;
     }
-    let mut rx = Receiver::default();
-    for i in (0..w::WARM_UP).map(|i| i % blocks) {
-        request(&mut d, i, &mut rx)?;
-        rx.verify(i, &ids[i as usize])?;
-    }
-    request(&mut d, w::CPU_REQUEST, &mut rx)?;
-    let m = Measure::start(w::parse_cpu(rx.bytes())?);
-    for _ in 0..rounds {
-        for i in 0..blocks {
-            request(&mut d, i, &mut rx)?;
-            rx.verify(i, &ids[i as usize])?;
-        }
-    }
-    let bytes = u64::from(rounds) * u64::from(blocks) * w::BLOCK_BYTES as u64;
-    request(&mut d, w::CPU_REQUEST, &mut rx)?;
     let stack = match segments() {
         Some(n) => format!("quinn-proto ({n} datagrams a send)"),
         None => "quinn-proto (64 KiB sends)".to_string(),
     };
-    m.report(&stack, mtu, bytes, w::parse_cpu(rx.bytes())?);
+    w::measure(&stack, mtu, blocks, rounds, |i, rx| request(&mut d, i, rx))?;
     d.conn.close(
         Instant::now(),
         VarInt::from_u32(0),

@@ -1,7 +1,7 @@
 //! The bench's verified fetch over s2n-quic 1.91 (AWS; aws-lc for its crypto) on its defaults:
-//! GSO and GRO on, MTU probing up to the link's, its own windows (larger ones, 64 MiB for the
-//! connection and 16 MiB per stream, measured no better). One tokio worker per process, as the
-//! bench runs quinn.
+//! GSO and GRO on, MTU probing up to the link's, its own windows (in a draft not kept, 64 MiB
+//! for the connection and 16 MiB per stream measured no better: README). One tokio worker per
+//! process, as the bench runs quinn.
 //!
 //! ```text
 //! s2n-fetch certs DIR
@@ -12,7 +12,7 @@
 use std::net::SocketAddr;
 
 use bytes::Bytes;
-use kvfabric_quic_stacks::{self as w, Measure, Receiver};
+use kvfabric_quic_stacks::{self as w, Receiver};
 use s2n_quic::client::Connect;
 use s2n_quic::provider::io::tokio::{Builder as IoBuilder, Provider as Io};
 use s2n_quic::{Client, Connection, Server};
@@ -75,42 +75,28 @@ async fn request(conn: &mut Connection, i: u32, rx: &mut Receiver) -> anyhow::Re
     Ok(())
 }
 
-async fn server_cpu(conn: &mut Connection, rx: &mut Receiver) -> anyhow::Result<f64> {
-    request(conn, w::CPU_REQUEST, rx).await?;
-    w::parse_cpu(rx.bytes())
-}
-
-async fn fetch(
+fn fetch(
+    rt: &tokio::runtime::Runtime,
     addr: SocketAddr,
     dir: &str,
     blocks: u32,
     rounds: u32,
     mtu: u16,
 ) -> anyhow::Result<()> {
-    let ids = w::ids(blocks);
     let cert = std::fs::read_to_string(format!("{dir}/cert.pem"))?;
-    let client = Client::builder()
-        .with_tls(cert.as_str())?
-        .with_io(io("0.0.0.0:0".parse()?, mtu)?)?
-        .start()?;
-    let mut conn = client
-        .connect(Connect::new(addr).with_server_name("localhost"))
-        .await?;
-    let mut rx = Receiver::default();
-    for i in (0..w::WARM_UP).map(|i| i % blocks) {
-        request(&mut conn, i, &mut rx).await?;
-        rx.verify(i, &ids[i as usize])?;
-    }
-    let m = Measure::start(server_cpu(&mut conn, &mut rx).await?);
-    for _ in 0..rounds {
-        for i in 0..blocks {
-            request(&mut conn, i, &mut rx).await?;
-            rx.verify(i, &ids[i as usize])?;
-        }
-    }
-    let bytes = u64::from(rounds) * u64::from(blocks) * w::BLOCK_BYTES as u64;
-    let server1 = server_cpu(&mut conn, &mut rx).await?;
-    m.report("s2n-quic", mtu, bytes, server1);
+    let mut conn = rt.block_on(async {
+        let client = Client::builder()
+            .with_tls(cert.as_str())?
+            .with_io(io("0.0.0.0:0".parse()?, mtu)?)?
+            .start()?;
+        let conn = client
+            .connect(Connect::new(addr).with_server_name("localhost"))
+            .await?;
+        anyhow::Ok(conn)
+    })?;
+    w::measure("s2n-quic", mtu, blocks, rounds, |i, rx| {
+        rt.block_on(request(&mut conn, i, rx))
+    })?;
     conn.close(0u32.into());
     Ok(())
 }
@@ -124,6 +110,6 @@ fn main() -> anyhow::Result<()> {
     };
     w::dispatch(
         |addr, dir, blocks, mtu| rt()?.block_on(serve(addr, dir, blocks, mtu)),
-        |addr, dir, blocks, rounds, mtu| rt()?.block_on(fetch(addr, dir, blocks, rounds, mtu)),
+        |addr, dir, blocks, rounds, mtu| fetch(&rt()?, addr, dir, blocks, rounds, mtu),
     )
 }
