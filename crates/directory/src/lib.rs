@@ -51,6 +51,8 @@ pub mod testing;
 pub mod type_config;
 
 #[cfg(test)]
+mod crash_tests;
+#[cfg(test)]
 mod planted_bug_tests;
 #[cfg(test)]
 mod preappend_tests;

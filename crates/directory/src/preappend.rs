@@ -19,6 +19,15 @@
 //! only once a majority holds it on disk. `leader_commit` is left empty: a pre-append never
 //! moves a follower's commit index.
 //!
+//! One thing Raft assumes that openraft 0.9 alone does not give once entries leave before the
+//! leader's write: that a leader never writes a second entry under an id it already sent. A
+//! leader killed before its write reached the disk has lost entries its voters hold, and
+//! openraft restarts a member whose saved vote is its own committed one as leader of the same
+//! term, whose next entries would take the lost ones' ids. The log store therefore hands the
+//! vote back uncommitted on open (`storage::log_store`, `read_vote`): a restarted member
+//! starts as a follower and leads again only after an election, in a later term. Tested by
+//! `crash_tests`, whose killed members lose every write they had not made.
+//!
 //! Sent once: when openraft's own request carries entries a voter has already accepted in a
 //! pre-append under the same vote, [`Marks`] lets the network send it as what it then
 //! amounts to — a check that the voter holds the last of them (`prev_log_id` = that entry, no

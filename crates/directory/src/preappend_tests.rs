@@ -9,9 +9,12 @@ use crate::ids::NodeId;
 use crate::preappend::PreappendCounts;
 use crate::testing::TestCluster;
 
-const LIMIT: Duration = Duration::from_secs(20);
+pub(crate) const LIMIT: Duration = Duration::from_secs(20);
 
-async fn cluster(dir: &std::path::Path, preappend: bool) -> (TestCluster, NodeId, Vec<NodeId>) {
+pub(crate) async fn cluster(
+    dir: &std::path::Path,
+    preappend: bool,
+) -> (TestCluster, NodeId, Vec<NodeId>) {
     let config = crate::DirectoryConfig {
         preappend,
         ..TestCluster::test_config()
@@ -27,7 +30,12 @@ async fn cluster(dir: &std::path::Path, preappend: bool) -> (TestCluster, NodeId
 }
 
 /// Whether every follower holds log index `index` within `wait`.
-async fn followers_hold(c: &TestCluster, followers: &[NodeId], index: u64, wait: Duration) -> bool {
+pub(crate) async fn followers_hold(
+    c: &TestCluster,
+    followers: &[NodeId],
+    index: u64,
+    wait: Duration,
+) -> bool {
     let until = Instant::now() + wait;
     loop {
         let mut all = true;

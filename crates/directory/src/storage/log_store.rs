@@ -57,6 +57,28 @@ impl LogStore {
         self.writer.hold.set(on);
     }
 
+    /// Drops this member's log writes from now on, a held one included, as a kill before they
+    /// reached the disk would; the member is then stopped and reopened on what its WAL holds.
+    #[cfg(test)]
+    pub(crate) fn lose_writes(&self) {
+        self.writer.hold.lose();
+    }
+
+    /// Whether this member has never voted nor held an entry: a brand-new member, the only
+    /// kind openraft lets form a cluster.
+    pub(crate) fn is_blank(&self) -> bool {
+        self.wal.state().vote.is_none() && self.last_log_id().is_none()
+    }
+
+    /// The newest entry's id: the tail's (staged, newer than the WAL's index) when it holds
+    /// any, else the WAL's, else the purge point's.
+    fn last_log_id(&self) -> Option<LogId> {
+        let staged_last = self.tail().last_log_id();
+        staged_last
+            .or_else(|| self.wal.last_log_id())
+            .or(self.wal.state().last_purged)
+    }
+
     /// Every entry in `range` that is still in the log (for tests and tools that audit it).
     pub async fn entries(&self, range: impl RangeBounds<u64>) -> Result<Vec<Entry>, StorageError> {
         let bounds = (range.start_bound().cloned(), range.end_bound().cloned());
@@ -117,13 +139,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
-        let staged_last = self.tail().last_log_id();
-        let last_purged = self.wal.state().last_purged;
-        let last = self.wal.last_log_id();
         Ok(LogState {
-            last_purged_log_id: last_purged,
-            // The tail, when it holds anything, is newer than the WAL's index.
-            last_log_id: staged_last.or(last).or(last_purged),
+            last_purged_log_id: self.wal.state().last_purged,
+            last_log_id: self.last_log_id(),
         })
     }
 
@@ -138,8 +156,22 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(io_write)
     }
 
+    /// The saved vote, never as a committed one, so that no member resumes leading a term
+    /// across a restart.
+    ///
+    /// openraft 0.9 starts a member whose saved vote is its own committed one as leader at
+    /// once, in the same term. With pre-appends ([`crate::preappend`]) the voters may hold
+    /// entries of that term that the member's own log lost (sent beside its write, which a kill
+    /// cut short); the entries it wrote next would take their ids, and one id would name two
+    /// commands, applied at one index by different members. Uncommitted, the vote still
+    /// refuses every other candidate of its term and accepts its leader's appends, so the
+    /// member starts as a follower and leads again only by winning an election in a later
+    /// term, as Raft itself prescribes. openraft reads the vote only when it starts.
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
-        Ok(self.wal.state().vote)
+        Ok(self.wal.state().vote.map(|v| Vote {
+            committed: false,
+            ..v
+        }))
     }
 
     /// Queued, not awaited: the writer puts the latest committed id into its next
@@ -171,18 +203,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map(|e| frame_entry(e).map(|r| (e.log_id, r)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(io_write)?;
-        let staged_last = {
-            let mut tail = self.tail();
-            let last = tail.last_log_id();
-            tail.stage(&entries).map_err(io_write)?;
-            last
-        };
+        // The log's last id before these entries (appends come one at a time from the core).
+        let prev = self.last_log_id();
+        self.tail().stage(&entries).map_err(io_write)?;
         if let Some(tap) = self.preappend.get() {
-            // The log's last id before these entries: the tail's, or with the tail empty the
-            // WAL's (appends come one at a time from the core, and staging does not touch it).
-            let prev = staged_last
-                .or_else(|| self.wal.last_log_id())
-                .or_else(|| self.wal.state().last_purged);
             tap.offer(prev, &entries);
         }
         self.writer

@@ -60,30 +60,51 @@ pub(super) struct LogWriter {
 }
 
 /// In test builds, holds the writer before its next durable write until released (to see what
-/// the cluster does while a member's write is in flight); nothing in other builds.
+/// the cluster does while a member's write is in flight), or makes it lose every write from
+/// then on, as a process killed before its writes reached the disk would; nothing in other
+/// builds.
 #[derive(Default)]
 pub(super) struct Hold {
     #[cfg(test)]
-    held: Mutex<bool>,
+    state: Mutex<HoldState>,
     #[cfg(test)]
     released: std::sync::Condvar,
 }
 
+#[cfg(test)]
+#[derive(Default)]
+struct HoldState {
+    held: bool,
+    lost: bool,
+}
+
 impl Hold {
-    fn wait(&self) {
+    /// Waits while held; whether the write must be dropped instead of made (test builds).
+    fn wait(&self) -> bool {
         #[cfg(test)]
         {
-            let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-            while *held {
-                held = self.released.wait(held).unwrap_or_else(|p| p.into_inner());
+            let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            while s.held && !s.lost {
+                s = self.released.wait(s).unwrap_or_else(|p| p.into_inner());
             }
+            s.lost
         }
+        #[cfg(not(test))]
+        false
     }
 
     /// Holds (`true`) or releases the writer.
     #[cfg(test)]
     pub(super) fn set(&self, on: bool) {
-        *self.held.lock().unwrap_or_else(|p| p.into_inner()) = on;
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).held = on;
+        self.released.notify_all();
+    }
+
+    /// Every write from now on, the held one included, is dropped: nothing more reaches the
+    /// WAL and no callback fires (the member is about to be stopped as if killed).
+    #[cfg(test)]
+    pub(super) fn lose(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).lost = true;
         self.released.notify_all();
     }
 }
@@ -171,15 +192,15 @@ fn run(mut wal: Wal, tail: &Mutex<LogTail>, hold: &Hold, rx: Receiver<Op>) {
                 Op::Committed(c) => group.committed = Some(c),
                 Op::Vote(vote, reply) => {
                     group.flush(&mut wal, tail, hold);
-                    let _ = reply.send(write_alone(&mut wal, Record::Vote(vote)));
+                    let _ = reply.send(write_alone(&mut wal, hold, Record::Vote(vote)));
                 }
                 Op::Truncate(from, reply) => {
                     group.flush(&mut wal, tail, hold);
-                    let _ = reply.send(write_alone(&mut wal, Record::Truncate(from)));
+                    let _ = reply.send(write_alone(&mut wal, hold, Record::Truncate(from)));
                 }
                 Op::Purge(upto, reply) => {
                     group.flush(&mut wal, tail, hold);
-                    let _ = reply.send(write_alone(&mut wal, Record::Purge(upto)));
+                    let _ = reply.send(write_alone(&mut wal, hold, Record::Purge(upto)));
                 }
             }
         }
@@ -191,8 +212,11 @@ fn run(mut wal: Wal, tail: &Mutex<LogTail>, hold: &Hold, rx: Receiver<Op>) {
     group.flush(&mut wal, tail, hold);
 }
 
-/// Writes one record durably on its own.
-fn write_alone(wal: &mut Wal, record: Record) -> Result<(), String> {
+/// Writes one record durably on its own (unless writes are being lost, in tests).
+fn write_alone(wal: &mut Wal, hold: &Hold, record: Record) -> Result<(), String> {
+    if hold.wait() {
+        return Err("the write was lost (test)".into());
+    }
     wal.stage(record)?;
     wal.commit()
 }
@@ -213,12 +237,14 @@ impl Group {
         }
         let appends = std::mem::take(&mut self.appends);
         let committed = self.committed.take();
+        if hold.wait() {
+            return;
+        }
         for a in &appends {
             for (id, framed) in &a.records {
                 wal.stage_entry(*id, framed);
             }
         }
-        hold.wait();
         let res = match committed {
             Some(c) => wal.stage(Record::Committed(c)),
             None => Ok(()),
