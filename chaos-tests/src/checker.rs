@@ -50,13 +50,20 @@ pub struct FinalState {
     /// a read, a repair or the scrub) and was dropped, as each node's log reports it.
     #[serde(default)]
     pub rotted: BTreeMap<u64, BTreeSet<String>>,
+    /// The directory entry at which every node's replica was compared once converged
+    /// (`None`: no moment found where all had applied the same entry, or not converged).
+    #[serde(default)]
+    pub replicas_at: Option<String>,
+    /// Each node's replica digest there, when they were not all equal.
+    #[serde(default)]
+    pub replicas_diverged: Option<String>,
 }
 
 /// One violation.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Violation {
     /// Kind: `wrong_read`, `lost_acked_block`, `not_linearizable`, `not_converged`,
-    /// `bad_route`, `unavailable`.
+    /// `replicas_diverged`, `bad_route`, `unavailable`.
     pub kind: String,
     /// What, with the history excerpt that shows it.
     pub detail: String,
@@ -332,6 +339,16 @@ pub fn check_with(h: &Recorded, end: &FinalState, judge_availability: bool) -> C
             detail: format!(
                 "no convergence within {:.0} s of healing: {}",
                 end.converge_bound_s, end.converge_note
+            ),
+        });
+    }
+    // One directory log, one state: replicas at one applied entry hold one digest.
+    if let Some(d) = &end.replicas_diverged {
+        out.violations.push(Violation {
+            kind: "replicas_diverged".into(),
+            detail: format!(
+                "directory replicas differ at {}: {d}",
+                end.replicas_at.as_deref().unwrap_or("?")
             ),
         });
     }

@@ -57,6 +57,8 @@ fn end(holders: Vec<u64>) -> FinalState {
         converge_note: String::new(),
         interrupted: false,
         rotted: BTreeMap::new(),
+        replicas_at: Some("T2-Nn1-40".into()),
+        replicas_diverged: None,
     }
 }
 
@@ -194,6 +196,24 @@ fn no_convergence_is_a_violation() {
         faults: vec![],
     };
     assert_eq!(check(&h, &e).by_kind()["not_converged"], 1);
+}
+
+#[test]
+fn directory_replicas_that_differ_at_one_entry_are_a_violation() {
+    let h = Recorded {
+        ops: vec![put_ok()],
+        faults: vec![],
+    };
+    let mut e = end(vec![1, 2]);
+    assert!(!check(&h, &e).by_kind().contains_key("replicas_diverged"));
+    e.replicas_diverged = Some("n1 aa, n2 aa, n3 bb".into());
+    let r = check(&h, &e);
+    assert_eq!(r.by_kind()["replicas_diverged"], 1);
+    assert!(
+        r.violations.iter().any(|v| v.detail.contains("T2-Nn1-40")),
+        "{:?}",
+        r.violations
+    );
 }
 
 #[test]

@@ -284,6 +284,25 @@ impl Client {
         Some((leader_named(&v), all_live))
     }
 
+    /// `GET /v1/operator/directory` (the chaos nodes run without tenants, so the operator's
+    /// routes are open): the last entry the node's directory replica applied and its digest.
+    pub fn directory_digest(&self, api: &str) -> Option<(String, String)> {
+        let (status, _, body) = answer(
+            self.agent
+                .get(format!("{api}/v1/operator/directory"))
+                .call(),
+        )
+        .ok()?;
+        if status != 200 {
+            return None;
+        }
+        let v: serde_json::Value = serde_json::from_slice(&body).ok()?;
+        Some((
+            v["applied"].as_str()?.to_owned(),
+            v["digest"].as_str()?.to_owned(),
+        ))
+    }
+
     /// Whether `/readyz` answers 200.
     pub fn ready(&self, api: &str) -> bool {
         matches!(

@@ -82,6 +82,9 @@ pub struct Report {
     pub converged_s: Option<f64>,
     /// Convergence bound.
     pub converge_bound_s: f64,
+    /// The directory entry at which every node's replica was compared (`None`: not compared).
+    #[serde(default)]
+    pub replicas_at: Option<String>,
     /// Unavailability after leader loss.
     pub unavailability: Percentiles,
     /// The run directory (logs), kept when the run failed.
@@ -89,11 +92,12 @@ pub struct Report {
 }
 
 /// The violation kinds the checker knows.
-pub const VIOLATION_KINDS: [&str; 6] = [
+pub const VIOLATION_KINDS: [&str; 7] = [
     "wrong_read",
     "lost_acked_block",
     "not_linearizable",
     "not_converged",
+    "replicas_diverged",
     "bad_route",
     "unavailable",
 ];
@@ -168,6 +172,7 @@ impl Report {
             checked,
             converged_s: end.converged_s,
             converge_bound_s: end.converge_bound_s,
+            replicas_at: end.replicas_at.clone(),
             dir: dir.display().to_string(),
         }
     }
@@ -276,6 +281,16 @@ impl Report {
         let _ = writeln!(
             t,
             "  gets left out (failed while no truthful holder of the block was live and still had its copy): {left_out}"
+        );
+        let _ = writeln!(
+            t,
+            "directory replicas: {}",
+            match &self.replicas_at {
+                Some(at) if self.violations_by_kind.get("replicas_diverged") == Some(&0) =>
+                    format!("one digest on every node at {at}"),
+                Some(at) => format!("DIFFERENT digests at {at}"),
+                None => "not compared (no moment where every node had applied the same entry, or not converged)".into(),
+            }
         );
         let u = &self.unavailability;
         let _ = writeln!(

@@ -181,7 +181,13 @@ pub fn run(cfg: &RunConfig) -> anyhow::Result<Report> {
     let planted: Vec<Option<String>> = plan
         .iter()
         .map(|n| {
-            let mut p: Vec<&str> = cfg.planted.iter().map(String::as_str).collect();
+            // A replica that drifts needs others that do not: that bug goes to node 1 only.
+            let mut p: Vec<&str> = cfg
+                .planted
+                .iter()
+                .map(String::as_str)
+                .filter(|b| *b != DIVERGING_REPLICA || n.id == 1)
+                .collect();
             if cfg.lying_peer == Some(n.id) {
                 p.push("lying-peer");
             }
@@ -368,6 +374,10 @@ fn settle(
         }
         Some(healed_at.elapsed().as_secs_f64())
     });
+    let (replicas_at, replicas_diverged) = match converged {
+        Some(_) => compare_replicas(client, apis),
+        None => (None, None),
+    };
     let mut holders = BTreeMap::new();
     let mut mapped = BTreeMap::new();
     let bar = Progress::new(
@@ -412,7 +422,41 @@ fn settle(
         converge_note: note,
         interrupted: nemesis::interrupted(),
         rotted: BTreeMap::new(),
+        replicas_at,
+        replicas_diverged,
     }
+}
+
+/// The planted bug that makes node 1's directory replica drift from the others'.
+const DIVERGING_REPLICA: &str = "diverging-replica";
+
+/// Bound on finding a moment where every node's directory replica applied the same entry
+/// (lease renewals keep the log moving, about one entry a second per three nodes).
+const REPLICAS_SAME_ENTRY_S: u64 = 15;
+
+/// Asks every node for its directory replica's digest until all name the same applied entry;
+/// that entry, and each node's digest when they differ there.
+fn compare_replicas(client: &Client, apis: &[String]) -> (Option<String>, Option<String>) {
+    let same = nodes::wait_for(Duration::from_secs(REPLICAS_SAME_ENTRY_S), || {
+        let d: Vec<(String, String)> = apis
+            .iter()
+            .map(|a| client.directory_digest(a))
+            .collect::<Option<_>>()?;
+        d.windows(2).all(|w| w[0].0 == w[1].0).then_some(d)
+    });
+    let Some(d) = same else {
+        return (None, None);
+    };
+    let at = d[0].0.clone();
+    if d.windows(2).all(|w| w[0].1 == w[1].1) {
+        return (Some(at), None);
+    }
+    let each: Vec<String> = d
+        .iter()
+        .enumerate()
+        .map(|(i, (_, digest))| format!("n{} {digest}", i + 1))
+        .collect();
+    (Some(at), Some(each.join(", ")))
 }
 
 fn holders_of(client: &Client, apis: &[String], block: &str) -> Vec<u64> {

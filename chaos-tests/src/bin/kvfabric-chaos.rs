@@ -47,8 +47,9 @@ struct Args {
     /// Node that serves flipped bytes (needs a `planted-bugs` build of kvfabric).
     #[arg(long)]
     lying_peer: Option<u64>,
-    /// Planted bug to activate on every node: skip-verify, early-ack, stale-read (needs a
-    /// `planted-bugs` build). skip-verify implies a lying peer (node 3) unless one is given.
+    /// Planted bug to activate on every node: skip-verify, early-ack, stale-read; or on node 1
+    /// only: diverging-replica (its directory replica drifts from the others'). Needs a
+    /// `planted-bugs` build. skip-verify implies a lying peer (node 3) unless one is given.
     #[arg(long)]
     planted: Option<String>,
     /// Pass only if the checker finds a violation of this kind (planted-bug self-check).
@@ -131,9 +132,16 @@ fn main() {
         usage("expected 3 to 9 nodes and 1 <= replication <= nodes".into());
     }
     if let Some(p) = &a.planted {
-        if !["skip-verify", "early-ack", "stale-read"].contains(&p.as_str()) {
+        if ![
+            "skip-verify",
+            "early-ack",
+            "stale-read",
+            "diverging-replica",
+        ]
+        .contains(&p.as_str())
+        {
             usage(format!(
-                "--planted: expected skip-verify, early-ack or stale-read, found {p:?}"
+                "--planted: expected skip-verify, early-ack, stale-read or diverging-replica, found {p:?}"
             ));
         }
     }

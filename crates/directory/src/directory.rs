@@ -157,11 +157,15 @@ impl Directory {
     }
 
     /// Forms a new cluster with `members` (id → RPC address) as voters. Call it on one member
-    /// of a brand-new cluster; on a member that already has a log it does nothing.
+    /// of a brand-new cluster; on a member that already has a log or a vote it does nothing
+    /// (without asking openraft, which would log the refusal as an error on every restart).
     pub async fn initialize(
         &self,
         members: BTreeMap<NodeId, String>,
     ) -> Result<(), DirectoryError> {
+        if !self.log_store().is_blank() {
+            return Ok(());
+        }
         let nodes: BTreeMap<NodeId, BasicNode> = members
             .into_iter()
             .map(|(id, addr)| (id, BasicNode { addr }))
@@ -173,6 +177,13 @@ impl Directory {
                 reason: e.to_string(),
             }),
         }
+    }
+
+    /// Plants the replica divergence the chaos harness must catch
+    /// ([`crate::storage::ShardView::plant_divergence`]).
+    #[cfg(feature = "planted-bug-diverging-replica")]
+    pub fn plant_diverging_replica(&self) {
+        self.view().plant_divergence();
     }
 
     /// This member's id.

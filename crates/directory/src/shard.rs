@@ -147,6 +147,17 @@ impl ShardState {
         !self.expired_at(now_ms).is_empty() || self.dormant.values().any(|d| *d <= now_ms)
     }
 
+    /// Planted bug (chaos harness only): records a reply for a client no request comes from,
+    /// so this state's bytes differ from every other replica's.
+    #[cfg(feature = "planted-bug-diverging-replica")]
+    pub(crate) fn plant_phantom_reply(&mut self, log_index: u64) {
+        let id = crate::command::RequestId {
+            client: u64::MAX,
+            seq: log_index,
+        };
+        self.sessions.record(id, CommandReply::Empty, log_index);
+    }
+
     /// Applies one logged request at `log_index`, once: a retry of a request already applied
     /// gets the reply recorded the first time.
     pub fn apply_request(&mut self, request: &Request, log_index: u64) -> CommandReply {

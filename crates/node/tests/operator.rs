@@ -4,8 +4,9 @@
 //! (members with tiers and counters that move with puts, gets and fetches), the operator's
 //! event stream (every tenant's events, where a tenant's own stream shows only its own), the
 //! operator's claims (refused to tenants, bad records named, none on a standalone node; on a
-//! cluster, committed and resolved by any member's linearizable lookup), and the dashboard's
-//! static page.
+//! cluster, committed and resolved by any member's linearizable lookup), every member's
+//! directory digest (one digest at one applied entry; none on a standalone node), and the
+//! dashboard's static page.
 
 mod cluster_harness;
 mod common;
@@ -60,6 +61,10 @@ fn only_the_operator_token_opens_the_operator_routes() {
     claims(Some(OPERATOR), r#"{"claims":[{"block":"xyz"}]}"#).assert_error(400, "invalid_block_id");
     claims(Some(OPERATOR), r#"{"claims":[]}"#).assert_error(400, "invalid_json");
     claims(Some(OPERATOR), &claim).assert_error(503, "directory_unavailable");
+    let digest = |token| node.get(token, "/v1/operator/directory", &[]);
+    digest(Some(TOKEN_A)).assert_error(403, "operator_only");
+    digest(None).assert_error(401, "missing_token");
+    digest(Some(OPERATOR)).assert_error(503, "directory_unavailable");
     // The tenants' view of the cluster carries no counters.
     let c = node.get(Some(TOKEN_A), "/v1/cluster", &[]).json();
     assert!(c["members"][0].get("stats").is_none(), "{c}");
@@ -267,4 +272,25 @@ fn the_overview_of_a_cluster_shows_every_member_with_counters_and_fetches() {
     assert_eq!(r.status, 401, "no operator token: {}", r.text());
     let tenant = cluster.get(1, "/v1/cluster").unwrap().json();
     assert!(tenant["members"][0].get("stats").is_none(), "{tenant}");
+
+    // Every member's directory replica: at one applied entry, one digest (lease renewals keep
+    // the log moving, so the three are asked until they report the same entry).
+    let digests = cluster.wait_for("every member's replica at one applied entry", || {
+        let d: Vec<serde_json::Value> = (1..=3)
+            .map(|n| {
+                cluster
+                    .operator_get(n, "/v1/operator/directory")
+                    .map(|r| r.json())
+            })
+            .collect::<Option<_>>()?;
+        d.windows(2)
+            .all(|w| w[0]["applied"] == w[1]["applied"])
+            .then_some(d)
+    });
+    for (i, d) in digests.iter().enumerate() {
+        assert_eq!(d["node"], format!("n{}", i + 1), "{d}");
+        assert!(d["applied_index"].as_u64().unwrap() > 0, "{d}");
+        assert_eq!(d["digest"].as_str().unwrap().len(), 64, "{d}");
+        assert_eq!(d["digest"], digests[0]["digest"], "{digests:?}");
+    }
 }

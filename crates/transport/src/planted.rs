@@ -5,6 +5,8 @@
 //! - `skip-verify`: a receiver accepts a block's bytes without checking them against its id.
 //! - `lying-peer`: this node serves every block with one byte flipped (a faulty or malicious
 //!   owner; receivers must reject it and fetch from another owner).
+//! - `diverging-replica`: this node's directory replica records, after each entry it applies,
+//!   a reply no other member has (kvfabric-core; the chaos digest comparison must see it).
 
 use std::sync::OnceLock;
 

@@ -338,6 +338,12 @@ impl Cluster {
             // Planted bug (chaos harness): a deposed leader answers linearizable reads.
             p.directory.plant_stale_read_bug();
         }
+        #[cfg(feature = "planted-bugs")]
+        if kvfabric_transport::planted::active("diverging-replica") {
+            // Planted bug (chaos harness): this member's directory replica drifts from the
+            // others' (a reply of a phantom client recorded after each entry).
+            p.directory.plant_diverging_replica();
+        }
         let f = p.config.failover;
         let cluster = Arc::new(Cluster {
             me: p.me,

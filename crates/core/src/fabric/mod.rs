@@ -31,7 +31,7 @@ pub use lookup::Resolved;
 pub use put::{PutBody, PutDone, PutFailure, PutRequest};
 pub use read::{Head, Served};
 pub use route::{RouteAnswer, RouteQuery};
-pub use view::{opening, tier_infos, ClusterInfo, MemberInfo, TierInfo};
+pub use view::{opening, tier_infos, ClusterInfo, MemberInfo, StateDigest, TierInfo};
 
 use crate::cluster::{Cluster, ClusterError};
 use crate::config::{ClusterConfig, RouteConfig};

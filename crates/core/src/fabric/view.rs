@@ -1,6 +1,6 @@
 //! What the fabric shows of itself: the cluster as this node sees it (members, roles, health,
-//! tiers, counters, leader, term, measured links), readiness, and the numbers behind the
-//! metrics.
+//! tiers, counters, leader, term, measured links), readiness, the numbers behind the
+//! metrics, and its directory replica's digest (for checks that members agree).
 
 use super::Fabric;
 use crate::cluster::bandwidth::LinkView;
@@ -9,6 +9,7 @@ use crate::cluster::view::{ClusterMetrics, NotReady};
 use crate::error::FabricError;
 use crate::ids::NodeId;
 use crate::local::Snapshot;
+pub use kvfabric_directory::storage::StateDigest;
 
 /// The Raft term a node reports before it has a directory.
 const TERM_STANDALONE: u64 = 0;
@@ -152,6 +153,21 @@ impl Fabric {
             .as_ref()
             .map(|c| c.bandwidth.links())
             .unwrap_or_default()
+    }
+
+    /// This member's directory replica in 32 bytes, with the last log id it applied
+    /// ([`StateDigest`]): members at one id must hold one digest. Clones the replica's state,
+    /// so a caller with a large directory runs it off the async workers. A standalone node has
+    /// no directory: [`FabricError::DirectoryUnavailable`].
+    pub fn directory_digest(&self) -> Result<StateDigest, FabricError> {
+        let cluster = self.cluster.as_ref().ok_or_else(|| {
+            FabricError::DirectoryUnavailable("a standalone node has no directory".into())
+        })?;
+        cluster
+            .directory
+            .view()
+            .digest()
+            .map_err(|e| FabricError::DirectoryUnavailable(format!("digesting the replica: {e}")))
     }
 }
 

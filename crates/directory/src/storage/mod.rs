@@ -43,7 +43,7 @@ use std::sync::Arc;
 
 pub use log_store::LogStore;
 pub use snapshot_trigger::SnapshotTrigger;
-pub use state_machine::{ShardView, StateMachineStore};
+pub use state_machine::{ShardView, StateDigest, StateMachineStore};
 
 use crate::error::DirectoryError;
 use crate::ids::ShardId;

@@ -32,6 +32,9 @@ struct Applied {
     last_applied: Option<LogId>,
     membership: StoredMembership,
     state: ShardState,
+    /// Planted bug (chaos harness only): this replica records something no other applies.
+    #[cfg(feature = "planted-bug-diverging-replica")]
+    diverging: bool,
 }
 
 /// A shared, read-only view of a member's applied shard state: what local reads use.
@@ -52,6 +55,42 @@ impl ShardView {
         let guard = self.inner.read().unwrap_or_else(|p| p.into_inner());
         guard.last_applied
     }
+
+    /// Plants the divergence the chaos harness's digest comparison must catch: after each
+    /// entry it applies from now on, this replica records a reply of a client no other member
+    /// knows (nothing reads it; only the state's bytes differ).
+    #[cfg(feature = "planted-bug-diverging-replica")]
+    pub fn plant_divergence(&self) {
+        self.inner
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .diverging = true;
+    }
+
+    /// The last log id applied and a blake3 digest of the state as of it (its snapshot bytes,
+    /// written in key order): members that applied the same log hold equal digests at equal
+    /// ids, so two that differ at one id have diverged. The state is cloned under the lock and
+    /// encoded outside it.
+    pub fn digest(&self) -> Result<StateDigest, DirectoryError> {
+        let (applied, state) = {
+            let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+            (g.last_applied, g.state.clone())
+        };
+        let bytes = encode_snapshot(&state)?;
+        Ok(StateDigest {
+            applied,
+            digest: blake3::hash(&bytes),
+        })
+    }
+}
+
+/// A member's applied state in 32 bytes ([`ShardView::digest`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateDigest {
+    /// The last log id applied.
+    pub applied: Option<LogId>,
+    /// blake3 of the state's snapshot bytes.
+    pub digest: blake3::Hash,
 }
 
 /// The state machine of one member.
@@ -86,11 +125,15 @@ impl StateMachineStore {
                 last_applied: None,
                 membership: StoredMembership::default(),
                 state: ShardState::new(shard),
+                #[cfg(feature = "planted-bug-diverging-replica")]
+                diverging: false,
             },
             Some(s) => Applied {
                 last_applied: s.meta.last_log_id,
                 membership: s.meta.last_membership.clone(),
                 state: decode_snapshot(&s.data, shard)?,
+                #[cfg(feature = "planted-bug-diverging-replica")]
+                diverging: false,
             },
         };
         Ok(StateMachineStore {
@@ -183,6 +226,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 }
             };
             replies.push(reply);
+            #[cfg(feature = "planted-bug-diverging-replica")]
+            if g.diverging {
+                g.state.plant_phantom_reply(entry.log_id.index);
+            }
         }
         let state_records = (g.state.block_count() + g.state.chunk_count()) as u64;
         self.trigger.applied(records, state_records);

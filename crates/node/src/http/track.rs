@@ -32,6 +32,7 @@ pub(crate) fn route_label(path: &str) -> &'static str {
         "/v1/operator/overview" => "/v1/operator/overview",
         "/v1/operator/events" => "/v1/operator/events",
         "/v1/operator/claims" => "/v1/operator/claims",
+        "/v1/operator/directory" => "/v1/operator/directory",
         p if p == "/v1/operator/members" || p.starts_with("/v1/operator/members/") => {
             "/v1/operator/members"
         }
@@ -145,6 +146,10 @@ mod tests {
         );
         assert_eq!(route_label("/v1/arenas/ab/layers/7/x"), "other");
         assert_eq!(route_label("/v1/operator/claims"), "/v1/operator/claims");
+        assert_eq!(
+            route_label("/v1/operator/directory"),
+            "/v1/operator/directory"
+        );
         assert_eq!(route_label("/v1/namespaces"), "/v1/namespaces");
         assert_eq!(method_label(&Method::PATCH), "other");
     }

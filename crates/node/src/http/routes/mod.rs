@@ -15,6 +15,7 @@
 //! | `GET /v1/events` (`?since=SEQ`, `?scope=node\|cluster`, `Last-Event-ID`) | 200 `text/event-stream` | 400, 401, 403, 410 `replay_gap`, 503 `too_many_subscribers` |
 //! | `GET /v1/operator/overview` | 200 members with tiers and counters, links (operator) | 401, 403 `operator_only`/`operator_disabled` |
 //! | `GET /v1/operator/events` | 200 `text/event-stream`, every namespace (operator) | as `/v1/events`, 401, 403 |
+//! | `GET /v1/operator/directory` | 200 the directory replica's digest and last applied entry (operator) | 401, 403, 503 `directory_unavailable` (standalone) |
 //! | `POST /v1/operator/members` | 200 the member added (a voter), voters and learners (operator) | 400, 401, 403, 409 `membership_refused`, 503 `membership_incomplete` |
 //! | `DELETE /v1/operator/members/{id}` | 200 the member drained and removed (operator) | 400, 401, 403, 409, 503 |
 //! | `POST /v1/operator/claims` | 200 ownership records committed in this node's name, no payload (operator; see [`claims`]) | 400, 401, 403, 408, 413, 503 `directory_unavailable` |
@@ -89,6 +90,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/events", get(events::events))
         .route("/v1/operator/overview", get(operator::overview))
         .route("/v1/operator/events", get(operator::events))
+        .route("/v1/operator/directory", get(operator::directory))
         .route("/v1/operator/members", post(members::add))
         .route("/v1/operator/members/{id}", delete(members::remove))
         .route("/v1/operator/claims", post(claims::claim))
