@@ -124,6 +124,13 @@ fn bad(field: &'static str, expected: impl Into<String>, found: impl ToString) -
 }
 
 impl DirectoryConfig {
+    /// How long a leader leads, in touch with a quorum, before it expires leases: half a
+    /// lease, so that every live node (renewing at least every half lease) has renewed after
+    /// a gap in which nobody could (see [`crate::lease`]).
+    pub fn lease_grace_ms(&self) -> u64 {
+        self.lease_ms / 2
+    }
+
     /// Upper bound of one encoded log entry: a full batch, or a merged entry of several
     /// nodes' batches holding as many records in all (see [`crate::merge`]).
     pub fn entry_bytes_max(&self) -> u64 {

@@ -2,6 +2,9 @@
 //! - a member cut off from both others (they are stopped with SIGSTOP: from its side, a
 //!   minority partition) cannot commit: a put there is refused with `directory_unavailable`
 //!   and nothing it wrote appears in the directory; once the others resume, puts commit again;
+//! - a majority stopped for longer than a lease expires nobody once it resumes: the leader
+//!   waits half a lease in touch before it expires leases (`crates/directory/src/lease.rs`),
+//!   so every node renews and keeps its epoch and its blocks;
 //! - every committed entry survives a SIGKILL of every member at once: after all three
 //!   restart, every chunk key put before resolves to its block again, held by its node (the
 //!   blocks sit in the disk tier, which survives a crash; the host tier does not).
@@ -69,6 +72,70 @@ fn an_isolated_member_cannot_commit_and_commits_again_once_the_others_return() {
             let (block, owners) = cluster.lookup(n, &k2);
             (block.as_deref() == Some(id.as_str()) && owners == ["n1"]).then_some(())
         });
+    }
+    let (ok, out) = cluster.down();
+    assert!(ok, "{out}");
+}
+
+#[test]
+fn a_majority_stopped_past_the_lease_expires_nobody_once_it_resumes() {
+    init_tracing();
+    let g = builtin(MODEL);
+    let lease_ms = 3_000;
+    let lease = format!("lease_ms={lease_ms}");
+    let mut cluster = cluster_harness::kvfabric()
+        .cluster_with(3, &["--replication", "1", "--cluster-set", &lease]);
+    let (leader, _) = cluster.agreed_leader(&[1, 2, 3]);
+    let leader: u64 = leader.trim_start_matches('n').parse().unwrap();
+
+    tracing::info!("phase 1: a block with a chunk key on each node");
+    let mut put = Vec::new();
+    for n in 1..=3u64 {
+        let k = key("gap", n);
+        let r = cluster.put_block(n, &g, &payload(&g, 90 + n), &[("kvfabric-chunk-key", &k)]);
+        assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+        put.push((k, r.json()["block"].as_str().unwrap().to_owned(), n));
+    }
+    let epochs: Vec<u64> = (1..=3)
+        .map(|n| cluster.raft_stat(n, "epoch").unwrap())
+        .collect();
+
+    tracing::info!(
+        leader,
+        "phase 2: both followers stopped for a lease and two seconds"
+    );
+    let followers: Vec<u64> = (1..=3).filter(|n| *n != leader).collect();
+    for f in &followers {
+        signal(&cluster, *f, libc::SIGSTOP);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(lease_ms + 2_000));
+    for f in &followers {
+        signal(&cluster, *f, libc::SIGCONT);
+    }
+
+    // Either the leader kept its term (out of touch while no quorum answered) or a follower
+    // won an election on resuming (a new term); both start the grace. Without the grace, a
+    // leader that kept its term expired both followers (its expiry, proposed in the gap,
+    // committed on their return); after an election the new leader's first check raced the
+    // renewals. The in-process tests (`crates/directory/tests/directory/lease_grace.rs`) take
+    // each path deterministically.
+    let (now_leading, term) = cluster.agreed_leader(&[1, 2, 3]);
+    tracing::info!(
+        now_leading,
+        term,
+        "phase 3: two leases later nobody was expired"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(2 * lease_ms));
+    let after: Vec<u64> = (1..=3)
+        .map(|n| cluster.raft_stat(n, "epoch").unwrap())
+        .collect();
+    assert_eq!(after, epochs, "a node lost its lease and joined again");
+    for n in 1..=3 {
+        for (k, id, node) in &put {
+            let (block, owners) = cluster.lookup(n, k);
+            assert_eq!(block.as_deref(), Some(id.as_str()), "n{n}: {k}");
+            assert_eq!(owners, [format!("n{node}")], "n{n}: {k}");
+        }
     }
     let (ok, out) = cluster.down();
     assert!(ok, "{out}");

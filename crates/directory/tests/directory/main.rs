@@ -5,6 +5,7 @@
 mod batching;
 mod common;
 mod failover;
+mod lease_grace;
 mod leases;
 mod linearizable;
 mod membership;
