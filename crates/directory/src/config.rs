@@ -126,7 +126,7 @@ fn bad(field: &'static str, expected: impl Into<String>, found: impl ToString) -
 impl DirectoryConfig {
     /// How long a leader leads, in touch with a quorum, before it expires leases: half a
     /// lease, so that every live node (renewing at least every half lease) has renewed after
-    /// a gap in which nobody could (see [`crate::lease`]).
+    /// a gap in which nobody could (see the `lease` module).
     pub fn lease_grace_ms(&self) -> u64 {
         self.lease_ms / 2
     }
