@@ -11,6 +11,7 @@ pub struct TransportCounters {
     fetches_ok: AtomicU64,
     fetches_failed: AtomicU64,
     redials: AtomicU64,
+    connections_set_aside: AtomicU64,
     verify_failures: AtomicU64,
     protocol_violations: AtomicU64,
     timeouts: AtomicU64,
@@ -49,6 +50,9 @@ pub struct CountersSnapshot {
     /// Fetches whose pooled connection turned out lost before the peer answered (a peer
     /// that restarted resets it), tried once more on a fresh connection.
     pub redials: u64,
+    /// Pooled connections set aside because their peer fell silent on them (see
+    /// [`crate::Transport::set_aside`]): the next exchange with that peer dialled afresh.
+    pub connections_set_aside: u64,
     /// Blocks whose bytes hashed to another id; dropped, never installed.
     pub verify_failures: u64,
     /// Malformed, truncated, oversized or out-of-place frames from peers.
@@ -122,6 +126,7 @@ impl TransportCounters {
         fetches_ok,
         fetches_failed,
         redials,
+        connections_set_aside,
         verify_failures,
         protocol_violations,
         timeouts,
@@ -171,6 +176,7 @@ impl TransportCounters {
             fetches_ok: g(&self.fetches_ok),
             fetches_failed: g(&self.fetches_failed),
             redials: g(&self.redials),
+            connections_set_aside: g(&self.connections_set_aside),
             verify_failures: g(&self.verify_failures),
             protocol_violations: g(&self.protocol_violations),
             timeouts: g(&self.timeouts),

@@ -672,6 +672,10 @@ impl Transport for MemoryTransport {
         })
     }
 
+    fn set_aside(&self, _peer: &PeerAddr, _since: std::time::Instant) {
+        // Nothing pooled: every exchange reaches the peer's current state directly.
+    }
+
     fn local_peer(&self) -> PeerAddr {
         self.local.clone()
     }

@@ -104,6 +104,17 @@ pub trait Transport: Send + Sync {
         })
     }
 
+    /// `peer` left an exchange begun at `since` unanswered past the caller's patience (a
+    /// partition, a paused process, a dead node). The pooled block connection to it, if it
+    /// was made before `since`, takes no new exchange: the next one connects afresh, so a
+    /// peer that is back is reached at once rather than behind the old connection's
+    /// retransmission backoff (QUIC doubles its probe timeout with every one lost: seconds
+    /// after a gap of a few). Exchanges already on it go on; it closes once they end.
+    /// Counted in `connections_set_aside`. A transport without pooled connections (the
+    /// in-memory one) or whose connections already end with their first abandoned exchange
+    /// (UCX: responses are in order, one cannot be skipped) has nothing to set aside.
+    fn set_aside(&self, peer: &PeerAddr, since: std::time::Instant);
+
     /// How other nodes reach this one's server.
     fn local_peer(&self) -> PeerAddr;
 

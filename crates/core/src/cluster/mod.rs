@@ -379,7 +379,10 @@ impl Cluster {
 
     /// `work`, an exchange with member `id` at `peer`, bounded by `failover.attempt_ms`
     /// (past it, a typed timeout); silent for `failover.suspect_ms`, the member is suspected
-    /// while the attempt goes on. The outcome is recorded in peer health.
+    /// while the attempt goes on, and the transport sets aside the connection it was made
+    /// on (unless it answered something else since), so the next exchange, the suspect's
+    /// probe included, reaches a peer that is back at once instead of behind that
+    /// connection's retransmission backoff. The outcome is recorded in peer health.
     pub(crate) async fn attempt<T>(
         &self,
         id: NodeId,
@@ -387,6 +390,7 @@ impl Cluster {
         work: impl std::future::Future<Output = Result<T, TransportError>>,
     ) -> Result<T, TransportError> {
         let f = self.config.failover;
+        let began = std::time::Instant::now();
         let work = tokio::time::timeout(std::time::Duration::from_millis(f.attempt_ms), work);
         tokio::pin!(work);
         let silence = tokio::time::sleep(std::time::Duration::from_millis(f.suspect_ms));
@@ -394,6 +398,7 @@ impl Cluster {
             r = &mut work => r,
             () = silence => {
                 self.health.silent(id, peer);
+                self.transport.set_aside(peer, began);
                 (&mut work).await
             }
         };

@@ -373,6 +373,7 @@ impl Metrics {
             ("fetches_ok", t.fetches_ok),
             ("fetches_failed", t.fetches_failed),
             ("redials", t.redials),
+            ("connections_set_aside", t.connections_set_aside),
             ("verify_failures", t.verify_failures),
             ("protocol_violations", t.protocol_violations),
             ("timeouts", t.timeouts),

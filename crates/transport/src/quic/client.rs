@@ -25,6 +25,10 @@ use crate::receive::{PayloadSink, ReceiveError};
 struct Slot {
     conn: tokio::sync::Mutex<Option<Connection>>,
     last_used_ms: AtomicU64,
+    /// When its connection was made (`None` while it has none, or a dial is on).
+    made: Mutex<Option<Instant>>,
+    /// When the peer last answered an exchange on it, in ms since the client's epoch.
+    heard_ms: AtomicU64,
     /// Dropped with the slot (the pool forgot it) or when the slot's connection is replaced:
     /// the connection's watcher then lets its handle go, so the connection closes as soon as
     /// the last call on it does (quinn closes a connection when its last handle is dropped).
@@ -85,6 +89,7 @@ impl Dial {
             }
         }
         *guard = None;
+        *slot.made.lock().unwrap_or_else(|e| e.into_inner()) = None;
         if caller.is_closed() {
             return Err(TransportError::Connect {
                 peer: peer.clone(),
@@ -123,6 +128,7 @@ impl Dial {
             counters.connections_closed();
         });
         *slot.retire.lock().unwrap_or_else(|e| e.into_inner()) = Some(retire);
+        *slot.made.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         *guard = Some(conn.clone());
         Ok(conn)
     }
@@ -267,6 +273,8 @@ impl Client {
         let slot = Arc::new(Slot {
             conn: tokio::sync::Mutex::new(None),
             last_used_ms: AtomicU64::new(0),
+            made: Mutex::new(None),
+            heard_ms: AtomicU64::new(0),
             retire: Mutex::new(None),
         });
         pool.insert(key, slot.clone());
@@ -296,6 +304,33 @@ impl Client {
         };
         if same {
             pool.remove(&key);
+        }
+    }
+
+    /// Sets aside the pooled block connection to `peer` if it was made before `since` (its
+    /// peer fell silent on an exchange begun then) and no exchange on it has been answered
+    /// since: the next exchange dials afresh, the ones on it go on, and it closes when they
+    /// end (as [`Client::forget`]). A connection made since, one still answering (a slow
+    /// exchange beside quick ones), or a dial under way is left alone.
+    pub(crate) fn set_aside(&self, peer: &PeerAddr, since: Instant) {
+        let since_ms = since.saturating_duration_since(self.epoch).as_millis() as u64;
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (peer.clone(), BLOCKS);
+        let Some(slot) = pool.get(&key) else { return };
+        let made = *slot.made.lock().unwrap_or_else(|e| e.into_inner());
+        let answering = slot.heard_ms.load(Ordering::Relaxed) > since_ms;
+        if made.is_some_and(|m| m < since) && !answering {
+            pool.remove(&key);
+            self.counters.connections_set_aside();
+        }
+    }
+
+    /// `peer` answered an exchange on its block connection just now.
+    pub(super) fn heard(&self, peer: &PeerAddr) {
+        let now_ms = self.epoch.elapsed().as_millis() as u64;
+        let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = pool.get(&(peer.clone(), BLOCKS)) {
+            slot.heard_ms.fetch_max(now_ms, Ordering::Relaxed);
         }
     }
 

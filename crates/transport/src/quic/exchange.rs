@@ -17,6 +17,33 @@ use crate::frame::{
 use crate::message::{Channel, MESSAGE_LEN_BYTES};
 use crate::peer::PeerAddr;
 
+/// The sending half of an exchange's stream, reset if the exchange is dropped before its
+/// answer (a caller that timed out or moved on). quinn finishes a dropped stream instead, so
+/// an abandoned push would go on (re)transmitting its block ahead of every later exchange on
+/// the connection (streams are sent one after another, `send_fairness` off): after a gap,
+/// seconds of a stalled connection's backoff spent on bytes nobody waits for.
+struct Sending(Option<quinn::SendStream>);
+
+impl Sending {
+    fn stream(&mut self) -> &mut quinn::SendStream {
+        self.0.as_mut().expect("held until answered")
+    }
+
+    /// The answer came: the peer had every byte; nothing to reset.
+    fn answered(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Sending {
+    fn drop(&mut self) {
+        if let Some(mut s) = self.0.take() {
+            // Fails only if the stream is already closed: nothing left to stop.
+            s.reset(errors::STREAM_ABANDONED).ok();
+        }
+    }
+}
+
 impl Client {
     /// Pushes `block` to `peer` and waits for its answer, bounded by `fetch_timeout_ms`.
     pub(crate) async fn push(
@@ -79,22 +106,26 @@ impl Client {
         let attempt = async {
             let conn = self.connection(peer, index).await?;
             used.store(conn.stable_id().wrapping_add(1), Ordering::Relaxed);
-            let (mut send, mut recv) = conn
+            let (send, mut recv) = conn
                 .open_bi()
                 .await
                 .map_err(|e| errors::connection(peer, e))?;
+            let mut send = Sending(Some(send));
             let len = (request.len() as u32).to_le_bytes();
-            send.write_all(&len)
+            send.stream()
+                .write_all(&len)
                 .await
                 .map_err(|e| errors::write(peer, e))?;
-            send.write_all(&request)
+            send.stream()
+                .write_all(&request)
                 .await
                 .map_err(|e| errors::write(peer, e))?;
-            send.finish().ok();
+            send.stream().finish().ok();
             let mut len = [0u8; MESSAGE_LEN_BYTES];
             recv.read_exact(&mut len)
                 .await
                 .map_err(|e| errors::read_exact(peer, e))?;
+            send.answered();
             let len = u32::from_le_bytes(len) as usize;
             channel.check_len(peer, len)?;
             let mut body = vec![0u8; len];
@@ -138,6 +169,7 @@ impl Client {
             Err(e) => return Err(errors::read_exact(peer, e)),
         }
         self.counters.add_bytes_in(FRAME_HEADER_LEN as u64);
+        self.heard(peer);
         decode_response(&head, request, self.config.max_frame_bytes)
             .map_err(|e| self.violation(conn, peer, e))
     }
@@ -148,22 +180,26 @@ impl Client {
         peer: &PeerAddr,
         block: &VerifiedBlock,
     ) -> Result<(), TransportError> {
-        let (mut send, mut recv) = conn
+        let (send, mut recv) = conn
             .open_bi()
             .await
             .map_err(|e| errors::connection(peer, e))?;
+        let mut send = Sending(Some(send));
         let bytes = block.bytes();
         let request = push_header(block.namespace(), block.id(), bytes.len() as u64);
-        send.write_all(&request.encode())
+        send.stream()
+            .write_all(&request.encode())
             .await
             .map_err(|e| errors::write(peer, e))?;
-        send.write_all(bytes)
+        send.stream()
+            .write_all(bytes)
             .await
             .map_err(|e| errors::write(peer, e))?;
-        send.finish().ok();
+        send.stream().finish().ok();
         self.counters
             .add_bytes_out((FRAME_HEADER_LEN + bytes.len()) as u64);
         let answer = self.answer(conn, peer, &mut recv, &request).await?;
+        send.answered();
         let (peer, id) = (peer.clone(), block.id());
         match answer.kind {
             FrameKind::Stored => Ok(()),

@@ -231,6 +231,10 @@ impl Transport for QuicTransport {
         Box::pin(self.inner.client.probe(peer, namespace, id))
     }
 
+    fn set_aside(&self, peer: &PeerAddr, since: std::time::Instant) {
+        self.inner.client.set_aside(peer, since);
+    }
+
     fn local_peer(&self) -> PeerAddr {
         self.inner.local.clone()
     }

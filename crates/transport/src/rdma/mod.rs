@@ -100,6 +100,10 @@ impl Transport for RdmaTransport {
         match self.never {}
     }
 
+    fn set_aside(&self, _peer: &PeerAddr, _since: std::time::Instant) {
+        match self.never {}
+    }
+
     fn local_peer(&self) -> PeerAddr {
         match self.never {}
     }

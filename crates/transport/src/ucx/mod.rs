@@ -385,6 +385,11 @@ impl Transport for UcxTransport {
         })
     }
 
+    fn set_aside(&self, _peer: &PeerAddr, _since: std::time::Instant) {
+        // A UCX connection ends with its first abandoned fetch (its responses come in order:
+        // one cannot be skipped), so the attempt that fell silent ends it when it gives up.
+    }
+
     fn local_peer(&self) -> PeerAddr {
         self.inner.local.clone()
     }
