@@ -332,7 +332,8 @@ async fn an_owner_a_lagging_replica_has_not_heard_of_serves_after_a_read_barrier
 
 /// A put whose first target is alive but silent (its link from the putting node drops
 /// everything): the next member is started beside it after the hedge, the put completes
-/// fully replicated, the silent one is suspected; once the link heals a probe clears it.
+/// fully replicated, the silent one is suspected and the connection it fell silent on set
+/// aside; once the link heals a probe clears it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_target_is_hedged_suspected_and_cleared_by_a_probe() {
     init_tracing();
@@ -351,6 +352,10 @@ async fn a_silent_target_is_hedged_suspected_and_cleared_by_a_probe() {
         (f.suspects() == vec![silent]).then_some(())
     })
     .await;
+    assert!(
+        transport_stat(&f, |t| t.connections_set_aside) >= 1,
+        "the connection n2 fell silent on was set aside"
+    );
     let failed = transport_stat(&f, |t| t.pushes_failed);
     for seed in 306..312 {
         assert_eq!(put(&f, seed).await.expect("put").replicas, 2);

@@ -19,6 +19,9 @@
 //!   by a port with nothing listening;
 //! - **kill** (`kill`, `revive`): the node vanishes as a SIGKILL would make it — requests to
 //!   it are never answered (callers time out), and its own calls fail at once.
+//!
+//! [`Transport::set_aside`] forgets the pair's "connection" (the next exchange counts a new
+//! one) and counts it; there is no retransmission backoff to escape here.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -672,8 +675,21 @@ impl Transport for MemoryTransport {
         })
     }
 
-    fn set_aside(&self, _peer: &PeerAddr, _since: std::time::Instant) {
-        // Nothing pooled: every exchange reaches the peer's current state directly.
+    fn set_aside(&self, peer: &PeerAddr, _since: std::time::Instant) {
+        // No wire and no backoff: every exchange reaches the peer's current state. What is
+        // modelled is the bookkeeping: the pair's "connection" is forgotten (the next
+        // exchange counts a new one) and the setting aside counted, so tests see the fabric
+        // ask for it. Unlike QUIC, it does not check when the connection was made or last
+        // answered.
+        let Some(net) = self.net.upgrade() else {
+            return;
+        };
+        let mut s = net.lock();
+        if let Some(n) = s.nodes.get_mut(&self.local.addr) {
+            if n.connected.remove(&peer.addr) {
+                self.counters.connections_set_aside();
+            }
+        }
     }
 
     fn local_peer(&self) -> PeerAddr {

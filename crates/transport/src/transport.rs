@@ -110,9 +110,10 @@ pub trait Transport: Send + Sync {
     /// peer that is back is reached at once rather than behind the old connection's
     /// retransmission backoff (QUIC doubles its probe timeout with every one lost: seconds
     /// after a gap of a few). Exchanges already on it go on; it closes once they end.
-    /// Counted in `connections_set_aside`. A transport without pooled connections (the
-    /// in-memory one) or whose connections already end with their first abandoned exchange
-    /// (UCX: responses are in order, one cannot be skipped) has nothing to set aside.
+    /// Counted in `connections_set_aside`. The in-memory transport forgets the pair's
+    /// "connection" and counts it (no backoff to escape there); UCX has nothing to set
+    /// aside: its connections already end with their first abandoned exchange (responses
+    /// come in order, one cannot be skipped).
     fn set_aside(&self, peer: &PeerAddr, since: std::time::Instant);
 
     /// How other nodes reach this one's server.
