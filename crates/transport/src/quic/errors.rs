@@ -15,8 +15,8 @@ pub const CLOSE_EVICTED: VarInt = VarInt::from_u32(0x4b03);
 /// Application close code: this server already has `connections_max` connections.
 pub const CLOSE_BUSY: VarInt = VarInt::from_u32(0x4b04);
 
-/// Stream reset code: the caller gave up on this exchange (timed out or cancelled) before
-/// its answer; what it had not yet sent is dropped.
+/// Stream reset code: the caller gave up on this push (timed out or cancelled) before its
+/// answer; what it had not yet sent is dropped.
 pub const STREAM_ABANDONED: VarInt = VarInt::from_u32(0x4b05);
 
 /// TLS alerts travel as QUIC transport error codes 0x100..=0x1ff (RFC 9001 §4.8).

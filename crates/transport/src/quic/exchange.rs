@@ -17,11 +17,13 @@ use crate::frame::{
 use crate::message::{Channel, MESSAGE_LEN_BYTES};
 use crate::peer::PeerAddr;
 
-/// The sending half of an exchange's stream, reset if the exchange is dropped before its
-/// answer (a caller that timed out or moved on). quinn finishes a dropped stream instead, so
-/// an abandoned push would go on (re)transmitting its block ahead of every later exchange on
-/// the connection (streams are sent one after another, `send_fairness` off): after a gap,
-/// seconds of a stalled connection's backoff spent on bytes nobody waits for.
+/// The sending half of a push's stream, reset if the push is dropped before its answer (a
+/// caller that timed out or moved on). quinn finishes a dropped stream instead, so an
+/// abandoned push would go on (re)transmitting its block ahead of every later exchange on
+/// the connection (streams are sent one after another, `send_fairness` off) and land as a
+/// copy nobody counted. Channel messages are left to quinn: a Raft message late past its
+/// caller's bound still brings its follower the entries, and a failed message already makes
+/// the next one dial afresh ([`Client::forget`]).
 struct Sending(Option<quinn::SendStream>);
 
 impl Sending {
@@ -106,26 +108,22 @@ impl Client {
         let attempt = async {
             let conn = self.connection(peer, index).await?;
             used.store(conn.stable_id().wrapping_add(1), Ordering::Relaxed);
-            let (send, mut recv) = conn
+            let (mut send, mut recv) = conn
                 .open_bi()
                 .await
                 .map_err(|e| errors::connection(peer, e))?;
-            let mut send = Sending(Some(send));
             let len = (request.len() as u32).to_le_bytes();
-            send.stream()
-                .write_all(&len)
+            send.write_all(&len)
                 .await
                 .map_err(|e| errors::write(peer, e))?;
-            send.stream()
-                .write_all(&request)
+            send.write_all(&request)
                 .await
                 .map_err(|e| errors::write(peer, e))?;
-            send.stream().finish().ok();
+            send.finish().ok();
             let mut len = [0u8; MESSAGE_LEN_BYTES];
             recv.read_exact(&mut len)
                 .await
                 .map_err(|e| errors::read_exact(peer, e))?;
-            send.answered();
             let len = u32::from_le_bytes(len) as usize;
             channel.check_len(peer, len)?;
             let mut body = vec![0u8; len];
