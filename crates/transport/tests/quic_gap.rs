@@ -2,8 +2,10 @@
 //! were all dropped for a few seconds (a partition, a paused process) while exchanges kept
 //! being tried on it. quinn doubles the connection's probe timeout with every probe lost, so
 //! after a gap of a few seconds that connection stays stalled for up to as long again once
-//! the path is back (measured here: 0.6–6.5 s after gaps of 3–8 s); a fresh connection is
-//! answered at once. `Transport::set_aside` is how the fabric, having seen the peer fall
+//! the path is back (measured with this relay and quinn's 30 s idle timeout: 0.6–6.5 s after
+//! gaps of 3–8 s; with the node's 3 s idle timeout, which the tests use, 0.4–1.0 s after gaps
+//! of 1.5–2.8 s and 1.5 s with 1 MB pushes left queued on it); a fresh connection is answered
+//! once a dial gets through. `Transport::set_aside` is how the fabric, having seen the peer fall
 //! silent, gets the fresh one. Over a UDP relay on this host's network address, so the
 //! client takes the path for a network one (MTU discovery, segmentation offload), as nodes in
 //! separate hosts or namespaces do.
