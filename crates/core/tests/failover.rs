@@ -375,3 +375,79 @@ async fn a_silent_target_is_hedged_suspected_and_cleared_by_a_probe() {
     .await;
     c.shutdown().await;
 }
+
+/// Two suspects, one that comes back and one still silent: the one that came back is cleared
+/// by its own probe while the silent one's probe is still waiting out its bound (probes were
+/// made one after another, so a dead suspect ahead in the order held every other suspect's
+/// probe for its whole attempt, 2 s by default, on each round), and a suspect whose probe is
+/// still unanswered is not probed again on top of it when due.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspect_that_comes_back_is_cleared_while_a_silent_ones_probe_waits() {
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    // A bound on one exchange (30 s) far past how long this test waits for the clearance
+    // (10 s), so a probe of the silent suspect ahead of it can only end by its bound.
+    let setup = Setup {
+        nodes: 4,
+        failover: kvfabric_core::config::FailoverConfig {
+            attempt_ms: 30_000,
+            ..Default::default()
+        },
+        transport: kvfabric_transport::TransportConfig {
+            connect_timeout_ms: 1_000,
+            fetch_timeout_ms: 30_000,
+            ..Default::default()
+        },
+        ..Setup::default()
+    };
+    let c = FabricCluster::start(dir.path(), setup, Catalog::of(vec![tiny()])).await;
+    let (putter, silent, back) = (NodeId(1), NodeId(2), NodeId(3));
+    let f = c.fabric(putter);
+
+    tracing::info!("phase 1: n1's requests to n2 and n3 vanish; its puts suspect both");
+    c.network().drop_link(&name(putter), &name(silent));
+    c.network().drop_link(&name(putter), &name(back));
+    let mut seed = 400;
+    while f.suspects() != vec![silent, back] {
+        assert!(
+            seed < 440,
+            "n2 and n3 suspected within 40 puts: {:?}",
+            f.suspects()
+        );
+        assert_eq!(
+            put(&f, seed).await.expect("put").replicas,
+            2,
+            "copied to n4"
+        );
+        seed += 1;
+    }
+
+    tracing::info!("phase 2: n1 → n3 heals; both probes fall due, n2's first");
+    c.network().heal_link(&name(putter), &name(back));
+    let probes = |f: &Fabric| f.cluster_metrics().map(|m| m.health[3]).unwrap_or(0);
+    let before = probes(&f);
+    c.clock().advance(10_000);
+    let began = std::time::Instant::now();
+    while f.suspects() != vec![silent] {
+        assert!(
+            began.elapsed() < std::time::Duration::from_secs(10),
+            "n3 cleared while n2's probe (bounded at 30 s) waits: suspects {:?}",
+            f.suspects()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(probes(&f), before + 2, "one probe each");
+
+    tracing::info!("phase 3: n2 falls due again and again while its probe is unanswered");
+    for _ in 0..3 {
+        c.clock().advance(10_000);
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    assert_eq!(
+        probes(&f),
+        before + 2,
+        "no second probe of n2 while its first is in flight"
+    );
+    assert_eq!(f.suspects(), vec![silent]);
+    c.shutdown().await;
+}

@@ -88,6 +88,14 @@ pub struct QuicTuning {
     /// Kernel socket send and receive buffers asked for (capped by `net.core.*mem_max`);
     /// 0 keeps the OS default.
     pub socket_buffer_bytes: usize,
+    /// The round-trip time assumed before a connection has measured one, in ms: an
+    /// unanswered Initial or Handshake packet is sent again after three times this
+    /// (doubling each time). RFC 9002 suggests 333 ms for an unknown path, so a dial whose
+    /// first packet is lost (a peer restarting, a path back after a partition) sends its
+    /// second after 999 ms, past the node's 1 s dial bound; between cluster members a round
+    /// trip is well under 10 ms, and at 10 the Initial is sent again at 30, 90, 210, 450 and
+    /// 930 ms. Once the handshake has a sample the estimate is measured, not assumed.
+    pub initial_rtt_ms: u64,
     /// Adapt the datagram size and GSO to each connection's path (`quic::path`): the settings
     /// above on loopback; on any other path datagrams of at most [`GSO_PAYLOAD_BYTES_MAX`]
     /// found by MTU discovery, with GSO. Off: the settings above on every path.
@@ -106,6 +114,7 @@ impl Default for QuicTuning {
             send_window_bytes: 32 << 20,
             send_fairness: false,
             socket_buffer_bytes: 4 << 20,
+            initial_rtt_ms: 10,
             adapt_to_path: true,
         }
     }
@@ -189,6 +198,12 @@ impl TransportConfig {
                     "expected at most fetch_timeout_ms ({}), found {}",
                     self.fetch_timeout_ms, self.connect_timeout_ms
                 ),
+            );
+        }
+        if !(1..=10_000).contains(&q.initial_rtt_ms) {
+            return bad(
+                "quic.initial_rtt_ms",
+                format!("expected 1..=10000 ms, found {}", q.initial_rtt_ms),
             );
         }
         if q.initial_mtu_bytes < 1200 || q.initial_mtu_bytes > q.max_udp_payload_bytes {

@@ -204,6 +204,14 @@ impl MemoryNetwork {
             .insert((from.to_owned(), to.to_owned()));
     }
 
+    /// Requests on `from → to` are answered again (the other faults stay).
+    pub fn heal_link(&self, from: &str, to: &str) {
+        self.lock()
+            .faults
+            .dropped
+            .remove(&(from.to_owned(), to.to_owned()));
+    }
+
     /// Drops requests at random with probability `per_mille / 1000`.
     pub fn drop_per_mille(&self, per_mille: u32) {
         self.lock().faults.drop_per_mille = per_mille.min(1000);

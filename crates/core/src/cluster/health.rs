@@ -1,8 +1,9 @@
 //! Peer health on this node: the pure [`Health`] of [`crate::decide::health`] behind a lock,
 //! fed by every exchange with a peer ([`PeerHealth::record`]) and by a probe task that asks
 //! each suspect, when it is due, whether it holds an all-zero id (any answer — "not found" —
-//! proves it alive). Counted for `/metrics`.
+//! proves it alive), each probe in a task of its own. Counted for `/metrics`.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -120,14 +121,27 @@ impl Cluster {
     }
 }
 
-/// Probes suspects when due, for the life of the node (aborted at shutdown). Ticks every
-/// `tick`; what is due is decided by the health clock.
+/// Probes suspects when due, for the life of the node (aborted at shutdown, and its probes
+/// with it). Ticks every `tick`; what is due is decided by the health clock. Each probe runs
+/// in a task of its own, so a silent suspect's probe, waiting out its attempt bound, holds
+/// no other suspect's; a suspect whose probe is still unanswered is not probed again on top
+/// of it (its next one is sent once that one has ended and it is due).
 pub(crate) async fn run(cluster: Arc<Cluster>, tick: Duration) {
-    let probe_ns = NamespaceKey([0; 32]);
-    let probe_id = BlockId([0; 32]);
+    let mut probes = tokio::task::JoinSet::new();
+    let mut probing: HashMap<tokio::task::Id, NodeId> = HashMap::new();
     loop {
         tokio::time::sleep(tick).await;
+        while let Some(ended) = probes.try_join_next_with_id() {
+            let id = match ended {
+                Ok((id, ())) => id,
+                Err(e) => e.id(),
+            };
+            probing.remove(&id);
+        }
         for peer in cluster.health.due() {
+            if probing.values().any(|p| *p == peer) {
+                continue;
+            }
             let Some(m) = cluster.member(peer) else {
                 continue;
             };
@@ -136,9 +150,15 @@ pub(crate) async fn run(cluster: Arc<Cluster>, tick: Duration) {
                 .counters
                 .probes
                 .fetch_add(1, Ordering::Relaxed);
-            let addr = super::block_peer(&m);
-            let probe = cluster.transport.probe(&addr, probe_ns, probe_id);
-            let _ = cluster.attempt(peer, &addr, probe).await;
+            let cluster = cluster.clone();
+            let task = probes.spawn(async move {
+                let addr = super::block_peer(&m);
+                let probe = cluster
+                    .transport
+                    .probe(&addr, NamespaceKey([0; 32]), BlockId([0; 32]));
+                let _ = cluster.attempt(peer, &addr, probe).await;
+            });
+            probing.insert(task.id(), peer);
         }
     }
 }

@@ -240,6 +240,7 @@ pub(crate) struct RawQuic {
     pub(crate) send_window_bytes: Option<ByteSize>,
     pub(crate) send_fairness: Option<bool>,
     pub(crate) socket_buffer_bytes: Option<ByteSize>,
+    pub(crate) initial_rtt_ms: Option<u64>,
     pub(crate) adapt_to_path: Option<bool>,
 }
 

@@ -26,6 +26,8 @@
 //! send_window_bytes = "32 MiB"
 //! send_fairness = false
 //! socket_buffer_bytes = "4 MiB"
+//! initial_rtt_ms = 10               # round trip assumed before one is measured: an
+//!                                   # unanswered dial sends its Initial again after 3x this
 //! adapt_to_path = true              # the settings above on loopback; to any other address
 //!                                   # datagrams <= 6550 B found by MTU discovery, with GSO
 //!                                   # (kvfabric_transport::quic::path); false: the settings
@@ -100,6 +102,7 @@ pub(super) fn check(c: &Check<'_>, raw: &RawTransport) -> Result<TransportSettin
         mtu_discovery,
         segmentation_offload,
         send_fairness,
+        initial_rtt_ms,
         adapt_to_path
     );
     for (v, to) in [

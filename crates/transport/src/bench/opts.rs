@@ -244,7 +244,8 @@ impl Opts {
     }
 
     /// quinn's stock settings as far as the config reaches them: 1200-byte initial MTU, 1472
-    /// max UDP payload, 1.25 MB stream window, 10 MB send window, OS socket buffers.
+    /// max UDP payload, 1.25 MB stream window, 10 MB send window, OS socket buffers, 333 ms
+    /// initial RTT.
     pub(crate) fn stock(&self) -> TransportConfig {
         TransportConfig {
             fetches_in_flight_max: self.inflight,
@@ -258,6 +259,7 @@ impl Opts {
                 send_window_bytes: 10_000_000,
                 send_fairness: true,
                 socket_buffer_bytes: 0,
+                initial_rtt_ms: 333,
                 adapt_to_path: false,
             },
             ..TransportConfig::default()

@@ -50,6 +50,7 @@ pub fn quinn_transport(
         )?)
         .send_window(q.send_window_bytes)
         .send_fairness(q.send_fairness)
+        .initial_rtt(Duration::from_millis(q.initial_rtt_ms))
         .initial_mtu(q.initial_mtu_bytes)
         .min_mtu(1200)
         .enable_segmentation_offload(q.segmentation_offload);
