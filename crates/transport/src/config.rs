@@ -96,6 +96,10 @@ pub struct QuicTuning {
     /// trip is well under 10 ms, and at 10 the Initial is sent again at 30, 90, 210, 450 and
     /// 930 ms. Once the handshake has a sample the estimate is measured, not assumed.
     pub initial_rtt_ms: u64,
+    /// Join a connection's consecutive full batches of datagrams into one GSO send of up to
+    /// 64 KiB (`quic::coalesce`): quinn 0.11's driver hands the socket ten datagrams at a
+    /// time, a bound at MTU 1500. Off: each batch is its own send, as in stock quinn.
+    pub join_sends: bool,
     /// Adapt the datagram size and GSO to each connection's path (`quic::path`): the settings
     /// above on loopback; on any other path datagrams of at most [`GSO_PAYLOAD_BYTES_MAX`]
     /// found by MTU discovery, with GSO. Off: the settings above on every path.
@@ -115,6 +119,7 @@ impl Default for QuicTuning {
             send_fairness: false,
             socket_buffer_bytes: 4 << 20,
             initial_rtt_ms: 10,
+            join_sends: true,
             adapt_to_path: true,
         }
     }

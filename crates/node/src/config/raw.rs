@@ -241,6 +241,7 @@ pub(crate) struct RawQuic {
     pub(crate) send_fairness: Option<bool>,
     pub(crate) socket_buffer_bytes: Option<ByteSize>,
     pub(crate) initial_rtt_ms: Option<u64>,
+    pub(crate) join_sends: Option<bool>,
     pub(crate) adapt_to_path: Option<bool>,
 }
 

@@ -28,6 +28,8 @@
 //! socket_buffer_bytes = "4 MiB"
 //! initial_rtt_ms = 10               # round trip assumed before one is measured: an
 //!                                   # unanswered dial sends its Initial again after 3x this
+//! join_sends = true                 # consecutive full batches of a connection in one GSO
+//!                                   # send of up to 64 KiB (quinn hands over 10 datagrams)
 //! adapt_to_path = true              # the settings above on loopback; to any other address
 //!                                   # datagrams <= 6550 B found by MTU discovery, with GSO
 //!                                   # (kvfabric_transport::quic::path); false: the settings
@@ -103,6 +105,7 @@ pub(super) fn check(c: &Check<'_>, raw: &RawTransport) -> Result<TransportSettin
         segmentation_offload,
         send_fairness,
         initial_rtt_ms,
+        join_sends,
         adapt_to_path
     );
     for (v, to) in [

@@ -35,8 +35,8 @@
 //! server stages the next leased block while the client reads this one), `--workers N` and
 //! `--server-workers N` tokio threads per process (1 each: two processes, two cores), `--mtu`,
 //! `--max-udp`, `--stream-window`, `--conn-window`, `--send-window`, `--socket-buffer`
-//! (bytes), `--no-mtud`, `--gso`, `--fair`, `--no-adapt` (the configured QUIC settings on
-//! every path), `--skip-stock`, `--no-veth` (loopback only), `--veth-only`; for UCX
+//! (bytes), `--no-mtud`, `--gso`, `--fair`, `--no-join` (each of quinn's batches its own send,
+//! `quic::coalesce`), `--no-adapt` (the configured QUIC settings on every path), `--skip-stock`, `--no-veth` (loopback only), `--veth-only`; for UCX
 //! `--ucx-tls TLS`, `--ucx-shm-tls TLS`, `--ucx-chunk BYTES`, `--ucx-posted N`, `--ucx-set
 //! NAME=VALUE`. With `BENCH_STATS=1` it also prints quinn's path statistics of both client
 //! connections.

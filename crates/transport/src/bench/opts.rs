@@ -154,6 +154,10 @@ impl Opts {
                     o.tuning.adapt_to_path = false;
                     o.raw.push(a.clone());
                 }
+                "--no-join" => {
+                    o.tuning.join_sends = false;
+                    o.raw.push(a.clone());
+                }
                 "--fair" => {
                     o.tuning.send_fairness = true;
                     o.raw.push(a.clone());
@@ -260,6 +264,7 @@ impl Opts {
                 send_fairness: true,
                 socket_buffer_bytes: 0,
                 initial_rtt_ms: 333,
+                join_sends: false,
                 adapt_to_path: false,
             },
             ..TransportConfig::default()

@@ -6,12 +6,14 @@
 //! control; [`crate::message`]): each is an ALPN of its own, so a peer has one connection per
 //! channel and bulk block streams never queue behind a heartbeat, nor one behind them.
 //! Submodules: [`tls`] (rustls configs), [`tuning`] (quinn configs and the socket),
+//! [`coalesce`] (the socket that joins a connection's full batches into one send),
 //! [`path`] (the rule that picks a connection's settings from its peer's address: loopback
 //! or a network path),
 //! [`errors`] (quinn errors to [`TransportError`], close codes), and the private client
 //! (fetch; push, probe and messages in `exchange`) and server halves.
 
 mod client;
+pub mod coalesce;
 pub mod errors;
 mod exchange;
 pub mod path;
@@ -55,6 +57,8 @@ struct Inner {
     server: Arc<Server>,
     local: PeerAddr,
     accept_task: JoinHandle<()>,
+    /// What the joining socket sent (`quic.join_sends`).
+    sends: Option<Arc<coalesce::CoalescingStats>>,
 }
 
 impl Drop for Inner {
@@ -99,13 +103,22 @@ impl QuicTransport {
             alpns.push(c.alpn);
         }
         let socket = tuning::bind_socket(listen, &config)?;
-        let endpoint = quinn::Endpoint::new(
+        let starting = |e| TransportError::io(format!("starting the QUIC endpoint on {listen}"), e);
+        let runtime = Arc::new(quinn::TokioRuntime);
+        let mut socket = quinn::Runtime::wrap_udp_socket(&*runtime, socket).map_err(starting)?;
+        let mut sends = None;
+        if config.quic.join_sends {
+            let joining = coalesce::Coalescing::new(socket);
+            sends = Some(joining.stats());
+            socket = joining;
+        }
+        let endpoint = quinn::Endpoint::new_with_abstract_socket(
             tuning::quinn_endpoint(&config, identity)?,
             Some(tuning::server_config(&config, identity, &alpns)?),
             socket,
-            Arc::new(quinn::TokioRuntime),
+            runtime,
         )
-        .map_err(|e| TransportError::io(format!("starting the QUIC endpoint on {listen}"), e))?;
+        .map_err(starting)?;
         let addr = endpoint
             .local_addr()
             .map_err(|e| TransportError::io("reading the bound address", e))?;
@@ -141,6 +154,7 @@ impl QuicTransport {
                 server,
                 local: PeerAddr::new(identity.name(), addr),
                 accept_task,
+                sends,
             }),
         })
     }
@@ -154,6 +168,14 @@ impl QuicTransport {
     /// connection to `peer`, if one is open: for metrics and tuning.
     pub fn connection_stats(&self, peer: &PeerAddr) -> Option<quinn::ConnectionStats> {
         self.inner.client.connection_stats(peer)
+    }
+
+    /// What this endpoint's socket sent, with `quic.join_sends` on: sends (one `sendmsg`
+    /// each) and the datagrams in them.
+    pub fn send_stats(&self) -> Option<(u64, u64)> {
+        let s = self.inner.sends.as_ref()?;
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        Some((load(&s.sends), load(&s.datagrams)))
     }
 
     /// Fetches one block from `peer` into any [`PayloadSink`]. [`Transport::fetch`] is this
