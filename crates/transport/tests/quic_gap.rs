@@ -75,20 +75,6 @@ impl Drop for Relay {
     }
 }
 
-/// This host's address toward a non-loopback destination (so the client treats the path as
-/// a network one), or loopback.
-fn relay_ip() -> std::net::IpAddr {
-    let s = std::net::UdpSocket::bind("0.0.0.0:0").expect("bind");
-    if s.connect("192.0.2.1:9").is_ok() {
-        if let Ok(a) = s.local_addr() {
-            if !a.ip().is_loopback() && !a.ip().is_unspecified() {
-                return a.ip();
-            }
-        }
-    }
-    "127.0.0.1".parse().expect("ip")
-}
-
 /// The node's default connect, idle and keep-alive bounds (1 s, 3 s, 1 s).
 fn gap_config() -> TransportConfig {
     TransportConfig {
@@ -135,7 +121,9 @@ async fn through_relay_with(
         .build(config, Arc::new(MemorySource::new()))
         .await
         .expect("client");
-    let relay = Relay::start(server.local_peer().addr, relay_ip()).await;
+    // On this host's network address, so the client takes the path for a network one.
+    let ip = common::own_network_address().unwrap_or(std::net::Ipv4Addr::LOCALHOST.into());
+    let relay = Relay::start(server.local_peer().addr, ip).await;
     let peer = PeerAddr::new(server.local_peer().name.clone(), relay.addr);
     (server, client, relay, peer, blocks)
 }

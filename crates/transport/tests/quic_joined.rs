@@ -3,28 +3,20 @@
 //! with 1,452-byte datagrams, as at MTU 1500. quinn hands its socket ten datagrams at a time;
 //! joined, a block leaves in sends of more, and arrives whole and verified.
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+mod common;
+
 use std::sync::Arc;
 
 use kvfabric_store::NamespaceKey;
 use kvfabric_transport::conformance::sources::test_block;
-use kvfabric_transport::{ClusterCa, MemorySource, QuicTransport, Transport, TransportConfig};
-
-/// This host's address toward a non-loopback destination, if it has one.
-fn own_network_address() -> Option<IpAddr> {
-    let s = UdpSocket::bind("0.0.0.0:0").ok()?;
-    s.connect("192.0.2.1:9").ok()?;
-    let ip = s.local_addr().ok()?.ip();
-    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
-}
+use kvfabric_transport::{MemorySource, Transport, TransportConfig};
 
 /// Datagrams per send of a server that served 8 blocks of 4 MB to one client.
 async fn datagrams_per_send(join: bool) -> Option<f64> {
-    let Some(ip) = own_network_address() else {
+    let Some(ip) = common::own_network_address() else {
         eprintln!("no network address on this host: the path rule cannot be exercised");
         return None;
     };
-    let ca = ClusterCa::generate().expect("CA");
     let ns = NamespaceKey::derive("joined");
     let source = Arc::new(MemorySource::new());
     let blocks: Vec<_> = (0..8).map(|i| test_block(ns, 4_000_000, i + 1)).collect();
@@ -34,18 +26,7 @@ async fn datagrams_per_send(join: bool) -> Option<f64> {
     let mut config = TransportConfig::default();
     config.quic.max_udp_payload_bytes = 1_452;
     config.quic.join_sends = join;
-    let addr = SocketAddr::new(ip, 0);
-    let server = QuicTransport::bind(config.clone(), &ca.issue("node1").unwrap(), addr, source)
-        .await
-        .expect("server");
-    let client = QuicTransport::bind(
-        config,
-        &ca.issue("node2").unwrap(),
-        addr,
-        Arc::new(MemorySource::new()),
-    )
-    .await
-    .expect("client");
+    let (server, client) = common::server_and_client(ip, config, source).await;
     let peer = server.local_peer();
     for b in &blocks {
         let got = client.fetch(&peer, ns, b.id()).await.expect("fetch");

@@ -4,47 +4,27 @@
 //! treats it as a network path — stops at the GSO ceiling, 6,550 bytes. Both ends of each
 //! connection are `QuicTransport`s as a node binds them; no option of the bench is involved.
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+mod common;
+
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kvfabric_store::NamespaceKey;
 use kvfabric_transport::config::GSO_PAYLOAD_BYTES_MAX;
 use kvfabric_transport::conformance::sources::test_block;
-use kvfabric_transport::{ClusterCa, MemorySource, QuicTransport, Transport, TransportConfig};
-
-/// This host's address toward a non-loopback destination, if it has one (no packet is sent:
-/// connecting a UDP socket only picks the route).
-fn own_network_address() -> Option<IpAddr> {
-    let s = UdpSocket::bind("0.0.0.0:0").ok()?;
-    s.connect("192.0.2.1:9").ok()?;
-    let ip = s.local_addr().ok()?.ip();
-    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
-}
+use kvfabric_transport::{MemorySource, Transport, TransportConfig};
 
 /// The client's path MTU once it has fetched a few blocks from a server on `ip` and MTU
 /// discovery has settled on `settled` (waited for, at most 10 s), or what it reached by then.
 async fn discovered_mtu(ip: IpAddr, settled: impl Fn(u16) -> bool) -> u16 {
-    let ca = ClusterCa::generate().expect("CA");
     let ns = NamespaceKey::derive("path");
     let source = Arc::new(MemorySource::new());
     let blocks: Vec<_> = (0..2).map(|i| test_block(ns, 1 << 20, i + 1)).collect();
     for b in &blocks {
         source.insert(b.clone());
     }
-    let addr = SocketAddr::new(ip, 0);
-    let config = TransportConfig::default();
-    let server = QuicTransport::bind(config.clone(), &ca.issue("node1").unwrap(), addr, source)
-        .await
-        .expect("server");
-    let client = QuicTransport::bind(
-        config,
-        &ca.issue("node2").unwrap(),
-        addr,
-        Arc::new(MemorySource::new()),
-    )
-    .await
-    .expect("client");
+    let (server, client) = common::server_and_client(ip, TransportConfig::default(), source).await;
     let peer = server.local_peer();
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut mtu = 0;
@@ -72,7 +52,7 @@ async fn discovered_mtu(ip: IpAddr, settled: impl Fn(u16) -> bool) -> u16 {
 async fn loopback_discovers_large_datagrams_and_a_network_address_stops_at_the_gso_ceiling() {
     let lo = discovered_mtu("127.0.0.1".parse().unwrap(), |m| m > GSO_PAYLOAD_BYTES_MAX).await;
     assert!(lo > GSO_PAYLOAD_BYTES_MAX, "loopback settled at {lo} B");
-    let Some(ip) = own_network_address() else {
+    let Some(ip) = common::own_network_address() else {
         println!("no non-loopback address on this host: the network half is skipped");
         return;
     };

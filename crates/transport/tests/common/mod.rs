@@ -20,6 +20,39 @@ pub fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().expect("loopback address")
 }
 
+/// This host's address toward a non-loopback destination, if it has one (no packet is sent:
+/// connecting a UDP socket only picks the route). The kernel routes it over loopback, but the
+/// path rule (`kvfabric_transport::quic::path`) treats it as a network path.
+pub fn own_network_address() -> Option<std::net::IpAddr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("192.0.2.1:9").ok()?;
+    let ip = s.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+/// A server (node1) serving `source` and a client (node2), both on `ip` and `config`, as a
+/// node binds them.
+pub async fn server_and_client(
+    ip: std::net::IpAddr,
+    config: TransportConfig,
+    source: Arc<dyn BlockSource>,
+) -> (QuicTransport, QuicTransport) {
+    let ca = ClusterCa::generate().expect("CA");
+    let addr = SocketAddr::new(ip, 0);
+    let server = QuicTransport::bind(config.clone(), &ca.issue("node1").unwrap(), addr, source)
+        .await
+        .expect("server");
+    let client = QuicTransport::bind(
+        config,
+        &ca.issue("node2").unwrap(),
+        addr,
+        Arc::new(kvfabric_transport::MemorySource::new()),
+    )
+    .await
+    .expect("client");
+    (server, client)
+}
+
 /// Builds QUIC transports named node1, node2, … on loopback.
 pub struct QuicFactory {
     pub ca: ClusterCa,
