@@ -22,7 +22,7 @@
 //!   block is kept and sent once the socket is writable.
 //!
 //! A transmit taken into the held batch is reported sent; if its send later fails with an
-//! error other than "would block" the batch is dropped and counted as lost packets would be
+//! error other than "would block" the batch is dropped (logged at debug) as lost packets would be
 //! (QUIC's loss recovery resends them) — quinn's own socket treats most send errors that way.
 
 use std::fmt;
@@ -62,17 +62,13 @@ struct Held {
     bytes: Vec<u8>,
 }
 
-/// Sends joined and held, for tests and the bench.
+/// What the socket sent, for tests and the bench.
 #[derive(Debug, Default)]
 pub struct CoalescingStats {
     /// Sends made by this socket (each one `sendmsg`).
     pub sends: AtomicU64,
-    /// Transmits quinn handed over.
-    pub transmits: AtomicU64,
     /// Datagrams sent.
     pub datagrams: AtomicU64,
-    /// Held datagrams dropped because their send failed (not "would block").
-    pub dropped: AtomicU64,
 }
 
 /// quinn's socket, with consecutive full batches joined (the module docs give the rule).
@@ -144,8 +140,7 @@ impl Coalescing {
         match self.send(route, &held.bytes) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(e),
             Err(e) => {
-                let lost = held.bytes.len().div_ceil(route.segment) as u64;
-                self.stats.dropped.fetch_add(lost, Ordering::Relaxed);
+                let lost = held.bytes.len().div_ceil(route.segment);
                 tracing::debug!(error = %e, datagrams = lost, "a joined send failed; its datagrams are lost");
             }
             Ok(()) => {}
@@ -174,7 +169,6 @@ impl AsyncUdpSocket for Coalescing {
     }
 
     fn try_send(&self, t: &Transmit) -> io::Result<()> {
-        self.stats.transmits.fetch_add(1, Ordering::Relaxed);
         let segment = t.segment_size.unwrap_or(t.contents.len()).max(1);
         let route = Route {
             destination: t.destination,
@@ -217,13 +211,7 @@ impl AsyncUdpSocket for Coalescing {
             return Ok(());
         }
         drop(held);
-        self.send(
-            Route {
-                segment: t.segment_size.unwrap_or(segment),
-                ..route
-            },
-            t.contents,
-        )
+        self.send(route, t.contents)
     }
 
     fn poll_recv(
