@@ -141,7 +141,7 @@ impl Coalescing {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(e),
             Err(e) => {
                 let lost = held.bytes.len().div_ceil(route.segment);
-                tracing::debug!(error = %e, datagrams = lost, "a joined send failed; its datagrams are lost");
+                tracing::debug!(error = %e, datagrams = lost, "a joined send failed: datagrams lost");
             }
             Ok(()) => {}
         }
