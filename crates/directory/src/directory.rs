@@ -11,13 +11,14 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::clock::Clock;
-use crate::command::{Command, CommandReply, OwnershipBatch, Request, RequestId};
+use crate::command::{Command, CommandReply, OwnershipBatch, Request};
 use crate::config::DirectoryConfig;
 use crate::election::ElectionSignals;
 use crate::error::DirectoryError;
 use crate::ids::{Epoch, NodeId, ShardId};
 use crate::network::{FrameTransport, FramedNetworkFactory, RpcServer};
 use crate::preappend::{Marks, PreappendCounts, PreappendStats};
+use crate::request_ids::RequestIds;
 use crate::rpc::{ForwardRequest, ForwardResponse};
 use crate::storage::{open_store, LogStore, ShardView, SnapshotTrigger};
 use crate::type_config::{Raft, RaftMetrics};
@@ -45,9 +46,8 @@ pub(crate) struct Inner {
     pub(crate) election: Arc<ElectionSignals>,
     /// What this member's early replication did (`preappend`).
     preappends: Arc<PreappendStats>,
-    /// This handle's client id for request deduplication, and its proposal counter.
-    client: u64,
-    seq: std::sync::atomic::AtomicU64,
+    /// This handle's request ids for deduplication.
+    pub(crate) ids: Arc<RequestIds>,
     shutdown: watch::Sender<bool>,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
     #[cfg(any(test, feature = "planted-bug-stale-read"))]
@@ -131,8 +131,7 @@ impl Directory {
                 server,
                 election,
                 preappends,
-                client,
-                seq: std::sync::atomic::AtomicU64::new(0),
+                ids: RequestIds::new(client),
                 shutdown,
                 tasks: std::sync::Mutex::new(Vec::new()),
                 #[cfg(any(test, feature = "planted-bug-stale-read"))]
@@ -339,8 +338,10 @@ impl Directory {
     /// (leader lost, response lost) carry the same request id, so the command applies once.
     pub async fn submit(&self, command: Command) -> Result<Committed, DirectoryError> {
         let limit_ms = self.inner.config.write_timeout_ms;
+        // Held until this returns: the id stays retryable while it is in flight.
+        let ticket = self.inner.ids.issue();
         let request = Request {
-            id: self.inner.next_request_id(),
+            id: ticket.id(),
             command,
         };
         match self
@@ -353,16 +354,6 @@ impl Directory {
                 expected: "write",
                 found: format!("{other:?}"),
             }),
-        }
-    }
-}
-
-impl Inner {
-    /// A fresh request id of this handle.
-    pub(crate) fn next_request_id(&self) -> RequestId {
-        RequestId {
-            client: self.client,
-            seq: self.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1,
         }
     }
 }

@@ -167,8 +167,9 @@ pub(crate) fn spawn_lease_ticker(
                 continue;
             }
             tracing::info!(member = %inner.id, ?expired, now_ms, "leases expired; proposing purge");
+            let ticket = inner.ids.issue();
             let request = Request {
-                id: inner.next_request_id(),
+                id: ticket.id(),
                 command: Command::ExpireLeases {
                     now_ms,
                     keep_chunks_ms: inner.config.lease_ms,
@@ -177,6 +178,7 @@ pub(crate) fn spawn_lease_ticker(
             let raft = inner.raft.clone();
             let limit = Duration::from_millis(inner.config.write_timeout_ms);
             pending = Some(Box::pin(async move {
+                let _in_flight = ticket;
                 match tokio::time::timeout(limit, raft.client_write(request)).await {
                     Ok(Err(e)) => Some(e.to_string()),
                     _ => None,

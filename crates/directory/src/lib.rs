@@ -3,7 +3,7 @@
 //!
 //! Owns, per shard: the state machine (`BlockId → owners {(node, tier, epoch)}`,
 //! `ChunkKey → BlockId`, node epochs and liveness leases; [`shard`]), exactly-once application of
-//! retried writes ([`sessions`]), its persistence (the Raft log and vote in a write-ahead
+//! retried writes ([`sessions`], with ids issued so that none in flight is forgotten: `request_ids`), its persistence (the Raft log and vote in a write-ahead
 //! log of its own, snapshots in redb; [`storage`]), the batching of ownership records
 //! ([`batcher`]) and, on the leader, the merging of several nodes' batches into one entry
 //! ([`merge`]), early replication of the leader's entries beside its own write ([`preappend`]), reads at local or linearizable consistency ([`read`]), membership changes
@@ -42,6 +42,7 @@ pub mod ordered_map;
 pub mod owner;
 pub mod preappend;
 pub mod read;
+mod request_ids;
 pub mod rpc;
 pub mod sessions;
 pub mod shard;

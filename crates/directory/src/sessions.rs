@@ -9,6 +9,8 @@
 //! [`REPLIES_PER_CLIENT_MAX`] replies per client (the lowest sequence numbers go first, and a
 //! request at or below the evicted floor is refused rather than risk a second apply), and at
 //! most [`CLIENTS_MAX`] clients (the one whose last request is oldest in the log goes first).
+//! A handle never lets a request it is still retrying fall to that floor: it moves to a new
+//! client id rather than issue 64 numbers past it (`request_ids`).
 
 use std::collections::BTreeMap;
 
