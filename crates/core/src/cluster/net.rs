@@ -49,6 +49,12 @@ pub struct RaftNetCounters {
     pub calls_ok: AtomicU64,
     /// RPCs sent that failed (unreachable peer, broken stream, timeout).
     pub calls_failed: AtomicU64,
+    /// RPCs their caller gave up on before an answer or a failure came. openraft 0.9 bounds
+    /// each AppendEntries (heartbeats included) by the heartbeat interval and each vote by
+    /// the least election timeout, and drops the call when that passes: a member whose
+    /// round trip plus disk sync is longer cannot be replicated to, and only this counter
+    /// says so.
+    pub calls_abandoned: AtomicU64,
     /// RPC requests served.
     pub served: AtomicU64,
 }
@@ -113,11 +119,13 @@ impl FrameTransport for RaftNet {
     ) -> BoxFuture<'a, Result<Vec<u8>, DirectoryError>> {
         Box::pin(async move {
             let peer = self.peer(to, addr)?;
+            let pending = Abandoned(Some(&self.counters.calls_abandoned));
             let r = self
                 .messenger
                 .call(self.channel, &peer, frame, self.rpc_timeout)
                 .await
                 .map_err(|e| unreachable(to, e));
+            pending.answered();
             let c = match r {
                 Ok(_) => &self.counters.calls_ok,
                 Err(_) => &self.counters.calls_failed,
@@ -125,6 +133,23 @@ impl FrameTransport for RaftNet {
             c.fetch_add(1, Ordering::Relaxed);
             r
         })
+    }
+}
+
+/// Counts a call dropped before it ended (its caller's deadline passed).
+struct Abandoned<'a>(Option<&'a AtomicU64>);
+
+impl Abandoned<'_> {
+    fn answered(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.0 {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 

@@ -161,3 +161,62 @@ async fn control_calls_cross_mtls_and_a_foreign_ca_is_refused() {
         t.close().await;
     }
 }
+
+/// A messenger that never answers a call to node 1 and refuses every other at once.
+struct Silent;
+
+impl Messenger for Silent {
+    fn serve(&self, _: Channel, _: Arc<dyn MessageHandler>) -> Result<(), TransportError> {
+        Ok(())
+    }
+
+    fn call<'a>(
+        &'a self,
+        _channel: Channel,
+        peer: &'a PeerAddr,
+        _request: Vec<u8>,
+        _limit: Duration,
+    ) -> TransportFuture<'a, Result<Vec<u8>, TransportError>> {
+        Box::pin(async move {
+            if peer.name == "node1" {
+                std::future::pending::<()>().await;
+            }
+            Err(TransportError::Timeout {
+                peer: peer.clone(),
+                what: "call",
+                after_ms: 0,
+            })
+        })
+    }
+}
+
+/// A call its caller drops before it ends (openraft's deadline on an AppendEntries) is
+/// counted as abandoned, not as ok or failed; a call that fails is counted as failed only.
+#[tokio::test]
+async fn a_call_dropped_by_its_caller_is_counted_as_abandoned() {
+    let config = DirectoryConfig::default();
+    let peers = (1..=2u64)
+        .map(|n| {
+            let addr = format!("127.0.0.1:{}", 9000 + n).parse().unwrap();
+            (NodeId(n), PeerAddr::new(format!("node{n}"), addr))
+        })
+        .collect();
+    let net = RaftNet::new(Arc::new(Silent), peers, &config);
+    let counters = net.counters();
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(20),
+        net.call(NodeId(9), NodeId(1), "", vec![1]),
+    )
+    .await;
+    assert!(dropped.is_err(), "the silent peer never answers");
+    assert!(net.call(NodeId(9), NodeId(2), "", vec![1]).await.is_err());
+    let seen = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    assert_eq!(
+        (
+            seen(&counters.calls_ok),
+            seen(&counters.calls_failed),
+            seen(&counters.calls_abandoned)
+        ),
+        (0, 1, 1)
+    );
+}

@@ -100,6 +100,9 @@ pub struct ClusterMetrics {
     pub raft_calls_ok: u64,
     /// Raft RPCs that failed.
     pub raft_calls_failed: u64,
+    /// Raft RPCs dropped by their caller's deadline before they ended (see
+    /// `RaftNetCounters::calls_abandoned`).
+    pub raft_calls_abandoned: u64,
     /// Raft RPC streams served.
     pub raft_served: u64,
     /// Elections this member started promptly, its leader silent for the lease.
@@ -239,6 +242,7 @@ impl Cluster {
             members: members.len() as u64,
             raft_calls_ok: c.calls_ok.load(Ordering::Relaxed),
             raft_calls_failed: c.calls_failed.load(Ordering::Relaxed),
+            raft_calls_abandoned: c.calls_abandoned.load(Ordering::Relaxed),
             raft_served: c.served.load(Ordering::Relaxed),
             prompt_elections: self.directory.prompt_elections(),
             preappends: {
