@@ -303,6 +303,12 @@ impl Client {
         ))
     }
 
+    /// `GET /metrics` of `api`: the text exposition, when it answers 200.
+    pub fn metrics(&self, api: &str) -> Option<String> {
+        let (status, _, body) = answer(self.agent.get(format!("{api}/metrics")).call()).ok()?;
+        (status == 200).then(|| String::from_utf8_lossy(&body).into_owned())
+    }
+
     /// Whether `/readyz` answers 200.
     pub fn ready(&self, api: &str) -> bool {
         matches!(

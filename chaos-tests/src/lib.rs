@@ -10,7 +10,8 @@
 //! - [`nodes`]: the node processes and the process / disk nemeses.
 //! - [`nemesis`]: the fault schedule.
 //! - [`client`], [`workload`], [`history`]: the clients and what they recorded.
-//! - [`checker`]: the verdict; [`report`]: the table and the JSON report; [`run`]: one run.
+//! - [`checker`]: the verdict; [`report`]: the table and the JSON report; [`run`]: one run;
+//!   [`timeline`]: every node's Raft and transport counters through it, for post-mortems.
 
 pub mod availability;
 pub mod checker;
@@ -24,4 +25,5 @@ pub mod relay;
 pub mod report;
 pub mod rng;
 pub mod run;
+pub mod timeline;
 pub mod workload;

@@ -22,6 +22,7 @@ use crate::relay::NodeOf;
 use crate::relay::{Net, Relay};
 use crate::report::Report;
 use crate::rng::Rng;
+use crate::timeline::Timeline;
 use crate::workload::Workload;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -270,6 +271,7 @@ fn drive(
             snapshot_ms: 0.0,
         });
     }
+    let timeline = Timeline::start(apis.to_vec(), rec.clone(), dir)?;
     let workload = Workload::start(
         cfg.clients,
         apis.to_vec(),
@@ -299,6 +301,7 @@ fn drive(
     // Let the clients see the healed cluster for a moment, then stop them.
     nemesis::sleep_interruptible(3_000);
     workload.stop();
+    timeline.stop();
     let history = rec.snapshot();
     let mut end = settle(&history, &client, apis, healed_at, cfg.converge_bound);
     end.rotted = nodes.rotted_copies();

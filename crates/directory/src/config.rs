@@ -39,8 +39,9 @@ pub struct DirectoryConfig {
     /// Upper bound of the randomized election timeout.
     pub election_timeout_max_ms: u64,
     /// Whether a voter whose leader has been silent for the leader lease
-    /// (`election_timeout_max_ms`) stands for election at once, rather than after openraft's
-    /// own timer (see `election`). Default true.
+    /// (`election_timeout_max_ms`) stands for election at once, once a majority of the voters
+    /// grant it a pre-vote, rather than after openraft's own timer, which is then off (see
+    /// `election` and `prevote`). Default true.
     pub prompt_election: bool,
     /// Most records (claims + releases + chunk mappings) coalesced into one Raft entry.
     pub batch_records_max: usize,
@@ -296,6 +297,8 @@ impl DirectoryConfig {
             snapshot_max_chunk_size: self.snapshot_chunk_bytes_max,
             max_in_snapshot_log_to_keep: self.logs_kept_after_snapshot,
             purge_batch_size: 64,
+            // Prompt elections go through pre-votes; openraft's timer would stand without.
+            enable_elect: !self.prompt_election,
             ..openraft::Config::default()
         };
         c.validate()

@@ -234,6 +234,15 @@ impl Directory {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Rounds of pre-votes this member asked for that a majority did not grant (see
+    /// [`crate::prevote`]).
+    pub fn prevotes_refused(&self) -> u64 {
+        self.inner
+            .election
+            .prevotes_refused
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// What this member's early replication did while it led (see [`crate::preappend`]).
     pub fn preappends(&self) -> PreappendCounts {
         self.inner.preappends.counts()

@@ -22,11 +22,12 @@
 //! than the lease plus a fresh random jitter (below half `election_timeout_min_ms`, so before
 //! openraft's own timer) and its last campaign is older than the retry spacing
 //! (`election_timeout_min_ms` plus such a jitter). The
-//! watchdog ([`spawn_watchdog`]) samples Raft's metrics every half heartbeat and calls
-//! `trigger().elect()`. Voters still refuse a candidate while their own lease from a live
-//! leader runs, and a member that has just stepped down, or was itself stopped for longer
-//! than a lease, counts that moment as contact, so a prompt election does not unseat a
-//! leader the majority hears.
+//! watchdog ([`spawn_watchdog`]) samples Raft's metrics every half heartbeat and, once a
+//! majority of the voters grant it a pre-vote ([`crate::prevote`]), calls
+//! `trigger().elect()` (openraft's own timer is off on such a member). Voters still refuse a
+//! candidate while their own lease from a live leader runs, and a member that has just
+//! stepped down, or was itself stopped for longer than a lease, counts that moment as
+//! contact, so a prompt election does not unseat a leader the majority hears.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, Weak};
@@ -48,6 +49,8 @@ pub(crate) struct ElectionSignals {
     state: Mutex<Signals>,
     /// Elections this member started through [`spawn_watchdog`].
     pub(crate) prompted: AtomicU64,
+    /// Rounds of pre-votes ([`crate::prevote`]) a majority did not grant.
+    pub(crate) prevotes_refused: AtomicU64,
 }
 
 /// The signals at one moment (see the module doc).
@@ -70,6 +73,7 @@ impl ElectionSignals {
                 urged: None,
             }),
             prompted: AtomicU64::new(0),
+            prevotes_refused: AtomicU64::new(0),
         }
     }
 
@@ -269,19 +273,34 @@ pub(crate) fn spawn_watchdog(
             if !due(now, role, &signals, last, &timing) {
                 continue;
             }
+            let quiet_ms = now.saturating_duration_since(signals.contact).as_millis() as u64;
+            let urged = urge_fresh(now, &signals, last, lease);
+            // The others must have lost the leader too (a pre-vote changes nothing).
+            let round = crate::prevote::ask(&inner, min).await;
+            campaigns += 1;
+            timing = draw(campaigns);
+            last = Some(now);
+            if !round.won() {
+                tracing::info!(
+                    member = %id,
+                    quiet_ms,
+                    granted = round.granted,
+                    voters = round.voters,
+                    "no word from a leader, but the other voters still hear one: not standing"
+                );
+                continue;
+            }
             tracing::info!(
                 member = %id,
-                quiet_ms = now.saturating_duration_since(signals.contact).as_millis() as u64,
-                urged = urge_fresh(now, &signals, last, lease),
+                quiet_ms,
+                urged,
+                granted = round.granted,
                 "no word from a leader for its lease; standing for election"
             );
             if inner.raft.trigger().elect().await.is_err() {
                 return;
             }
             inner.election.prompted.fetch_add(1, Ordering::Relaxed);
-            campaigns += 1;
-            timing = draw(campaigns);
-            last = Some(now);
         }
     })
 }

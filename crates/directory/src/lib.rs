@@ -2,15 +2,18 @@
 //! them.
 //!
 //! Owns, per shard: the state machine (`BlockId → owners {(node, tier, epoch)}`,
-//! `ChunkKey → BlockId`, node epochs and liveness leases; [`shard`]), exactly-once application of
-//! retried writes ([`sessions`], with ids issued so that none in flight is forgotten: `request_ids`), its persistence (the Raft log and vote in a write-ahead
-//! log of its own, snapshots in redb; [`storage`]), the batching of ownership records
-//! ([`batcher`]) and, on the leader, the merging of several nodes' batches into one entry
-//! ([`merge`]), early replication of the leader's entries beside its own write ([`preappend`]), reads at local or linearizable consistency ([`read`]), membership changes
-//! ([`membership`]), and the network seam Raft talks through ([`network`], [`rpc`], [`codec`]),
-//! with an in-memory router for deterministic tests, and decoding with bounded nesting for
-//! everything read from a peer or the disk ([`nesting`]). Also ships a linearizability checker
-//! ([`linearizability`]) and an in-process cluster harness ([`testing`]).
+//! `ChunkKey → BlockId`, node epochs and liveness leases; [`shard`]), exactly-once
+//! application of retried writes ([`sessions`], with ids issued so that none in flight is
+//! forgotten: `request_ids`), its persistence (the Raft log and vote in a write-ahead log of
+//! its own, snapshots in redb; [`storage`]), the batching of ownership records ([`batcher`])
+//! and, on the leader, the merging of several nodes' batches into one entry ([`merge`]),
+//! early replication of the leader's entries beside its own write ([`preappend`]), prompt
+//! elections after pre-votes (`election`, `prevote`), reads at local or linearizable
+//! consistency ([`read`]), membership changes ([`membership`]), and the network seam Raft
+//! talks through ([`network`], [`rpc`], [`codec`]), with an in-memory router for
+//! deterministic tests, and decoding with bounded nesting for everything read from a peer or
+//! the disk ([`nesting`]). Also ships a linearizability checker ([`linearizability`]) and an
+//! in-process cluster harness ([`testing`]).
 //!
 //! Must never: depend on anything of the store but its identity types; read a clock while
 //! applying a command (every replica must reach the same state); accept a claim from an
@@ -41,6 +44,7 @@ pub mod network;
 pub mod ordered_map;
 pub mod owner;
 pub mod preappend;
+mod prevote;
 pub mod read;
 mod request_ids;
 pub mod rpc;

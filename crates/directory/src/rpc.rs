@@ -28,6 +28,23 @@ pub enum RpcRequest {
     InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
     /// An operation only the leader can do, forwarded by a member that is not the leader.
     Forward(ForwardRequest),
+    /// Would the voter grant a vote now? Changes nothing ([`crate::prevote`]).
+    PreVote(PreVoteRequest),
+}
+
+/// A member asks whether a voter has lost its leader too ([`crate::prevote`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreVoteRequest {
+    /// The member that would stand.
+    pub candidate: NodeId,
+}
+
+/// The voter's answer to a [`PreVoteRequest`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreVoteResponse {
+    /// Whether it would vote: it does not lead and has heard no leader for
+    /// `election_timeout_min_ms`.
+    pub granted: bool,
 }
 
 /// What a member forwards to the leader.
@@ -80,6 +97,8 @@ pub enum RpcResponse {
     ),
     /// Answer to [`RpcRequest::Forward`].
     Forward(ForwardResponse),
+    /// Answer to [`RpcRequest::PreVote`].
+    PreVote(PreVoteResponse),
 }
 
 impl RpcRequest {
@@ -90,6 +109,7 @@ impl RpcRequest {
             RpcRequest::Vote(_) => "vote",
             RpcRequest::InstallSnapshot(_) => "install_snapshot",
             RpcRequest::Forward(_) => "forward",
+            RpcRequest::PreVote(_) => "pre_vote",
         }
     }
 
@@ -112,6 +132,7 @@ impl RpcResponse {
             RpcResponse::Vote(_) => "vote",
             RpcResponse::InstallSnapshot(_) => "install_snapshot",
             RpcResponse::Forward(_) => "forward",
+            RpcResponse::PreVote(_) => "pre_vote",
         }
     }
 

@@ -107,6 +107,9 @@ pub struct ClusterMetrics {
     pub raft_served: u64,
     /// Elections this member started promptly, its leader silent for the lease.
     pub prompt_elections: u64,
+    /// Rounds of pre-votes this member asked for that a majority refused (the others still
+    /// heard a leader).
+    pub prevotes_refused: u64,
     /// Early replication while this member led: pre-appends accepted, refused, failed, dropped,
     /// and openraft requests sent without the entries they carried (see
     /// `kvfabric_directory::preappend`).
@@ -245,6 +248,7 @@ impl Cluster {
             raft_calls_abandoned: c.calls_abandoned.load(Ordering::Relaxed),
             raft_served: c.served.load(Ordering::Relaxed),
             prompt_elections: self.directory.prompt_elections(),
+            prevotes_refused: self.directory.prevotes_refused(),
             preappends: {
                 let p = self.directory.preappends();
                 [p.accepted, p.refused, p.failed, p.dropped, p.elided]

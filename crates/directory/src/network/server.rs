@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::BasicNode;
+use openraft::{BasicNode, ServerState};
 
 use crate::command::Command;
 use crate::config::DirectoryConfig;
@@ -13,7 +13,8 @@ use crate::election::ElectionSignals;
 use crate::error::DirectoryError;
 use crate::ids::NodeId;
 use crate::merge::WriteMerger;
-use crate::rpc::{ForwardRequest, ForwardResponse, RpcRequest, RpcResponse};
+use crate::prevote;
+use crate::rpc::{ForwardRequest, ForwardResponse, PreVoteResponse, RpcRequest, RpcResponse};
 use crate::type_config::Raft;
 
 /// Serves one member's RPCs. Cheap to clone.
@@ -26,6 +27,9 @@ pub struct RpcServer {
     read_timeout: Duration,
     /// Fed with what this member answered to AppendEntries and votes, when set.
     election: Option<Arc<ElectionSignals>>,
+    /// How long a voter must have heard no leader to grant a pre-vote
+    /// (`election_timeout_min_ms`).
+    prevote_quiet: Duration,
 }
 
 impl RpcServer {
@@ -44,6 +48,7 @@ impl RpcServer {
             write_timeout: Duration::from_millis(config.write_timeout_ms),
             read_timeout: Duration::from_millis(config.read_timeout_ms),
             election: None,
+            prevote_quiet: Duration::from_millis(config.election_timeout_min_ms),
         }
     }
 
@@ -81,7 +86,28 @@ impl RpcServer {
                 RpcResponse::InstallSnapshot(self.raft.install_snapshot(r).await)
             }
             RpcRequest::Forward(f) => RpcResponse::Forward(self.forward(f).await?),
+            RpcRequest::PreVote(_) => RpcResponse::PreVote(self.pre_vote()),
         })
+    }
+
+    /// Whether this member would vote now (see [`crate::prevote`]). Without election signals
+    /// (prompt elections off) it knows of no contact time: it grants when it knows no leader.
+    fn pre_vote(&self) -> PreVoteResponse {
+        let (leads, knows_leader) = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            (m.state == ServerState::Leader, m.current_leader.is_some())
+        };
+        let granted = match &self.election {
+            Some(e) => prevote::grants(
+                tokio::time::Instant::now(),
+                leads,
+                e.snapshot().contact,
+                self.prevote_quiet,
+            ),
+            None => !leads && !knows_leader,
+        };
+        PreVoteResponse { granted }
     }
 
     /// Runs a request that needs the leader on this member (which answers ForwardToLeader if it

@@ -25,7 +25,7 @@
 //! | `kvfabric_tier_capacity_bytes`, `kvfabric_tier_used_bytes`, `kvfabric_tier_blocks` | gauge | tier |
 //! | `kvfabric_held_blocks`, `kvfabric_chunk_keys` | gauge | |
 //! | `kvfabric_arenas`, `kvfabric_arena_bytes` | gauge | | (live per-request arenas, the bytes they hold)
-//! | `kvfabric_raft_state` | gauge | stat: `term`, `is_leader`, `last_applied`, `last_log`, `epoch`, `members_healthy`, `members`, `rpc_ok`, `rpc_failed`, `rpc_abandoned`, `rpc_served`, `prompt_elections`, `preappend_accepted`, `preappend_refused`, `preappend_failed`, `preappend_dropped`, `preappend_elided` (cluster nodes) |
+//! | `kvfabric_raft_state` | gauge | stat: `term`, `is_leader`, `last_applied`, `last_log`, `epoch`, `members_healthy`, `members`, `rpc_ok`, `rpc_failed`, `rpc_abandoned`, `rpc_served`, `prompt_elections`, `prevotes_refused`, `preappend_accepted`, `preappend_refused`, `preappend_failed`, `preappend_dropped`, `preappend_elided` (cluster nodes) |
 //! | `kvfabric_transport` | gauge | stat: the block transport's counters, e.g. `fetches_ok`, `verify_failures`, `bytes_in` (cluster nodes) |
 //! | `kvfabric_tier_moves` | gauge | stat: `recorded` (in the directory), `failed`, `before_join`, `lost_released` (copies that failed verification, their owner records released) (cluster nodes) |
 //! | `kvfabric_scrub` | gauge | stat: `passes`, `verified` (disk copies read back that hash to their ids), `bytes` (of those), `lost` (that did not: quarantined, forgotten), `errors` (reads that failed otherwise) |
@@ -360,6 +360,7 @@ impl Metrics {
             ("rpc_abandoned", c.raft_calls_abandoned),
             ("rpc_served", c.raft_served),
             ("prompt_elections", c.prompt_elections),
+            ("prevotes_refused", c.prevotes_refused),
             ("preappend_accepted", c.preappends[0]),
             ("preappend_refused", c.preappends[1]),
             ("preappend_failed", c.preappends[2]),
