@@ -12,13 +12,16 @@
 //!
 //! This node's replica may lag the leader by a commit: a copy pushed or fetched moments ago
 //! is registered at the leader before this replica hears of it (and if that leader dies, not
-//! until its successor replicates it). So when every owner the replica names failed, the read
-//! takes a read barrier (the directory's linearizable read: every registration committed
-//! before it is applied here; an exchange with the leader, so bounded by
-//! `failover.attempt_ms` like any other — without a quorum there is none, and the 503
-//! stands) and asks the owners it
-//! then names that were not asked yet, once. This costs nothing on the paths that succeed or
-//! find nothing; it turns a 503 for a block a live member holds into a served read.
+//! until its successor replicates it). So when the replica names no owner, or every owner it
+//! names failed, the read takes a read barrier (the directory's linearizable read: every
+//! registration committed before it is applied here; an exchange with the leader, so bounded
+//! by `failover.attempt_ms` like any other) and asks the owners it then names that were not
+//! asked yet, once. A 404 therefore means that nobody live holds the block as of every
+//! registration committed before the read; without a barrier (no leader or quorum in the
+//! bound) the read is a 503, never a 404 (session 26's seed-27 chaos run: a put acknowledged
+//! on one node, then a get on another whose replica had not yet applied the registration,
+//! answered 404 at once). This costs nothing on the paths that succeed; a miss pays one
+//! exchange with the leader.
 //!
 //! Namespaces: the directory keys owner records by namespace
 //! ([`super::directory_block`]), so owners are looked up under each namespace the caller may
@@ -66,10 +69,13 @@ pub(crate) struct RemoteHead {
 /// Why no owner served a read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Miss {
-    /// No live owner is known, or every one asked holds no copy.
+    /// No live owner is known after a read barrier, or every one asked holds no copy.
     NotFound,
     /// Owners exist, but these did not answer (or answered unusably).
     Unreachable(Vec<NodeId>),
+    /// This replica names no owner, and no read barrier could confirm that (no leader or
+    /// quorum within the bound): the block may be registered where this node cannot see.
+    NoBarrier(String),
 }
 
 impl Cluster {
@@ -103,21 +109,30 @@ impl Cluster {
         Fut: std::future::Future<Output = Result<T, TransportError>> + Send + 'static,
     {
         let mut asked: Vec<NodeId> = Vec::new();
+        // Found nothing: the block may be registered at the leader and not yet here.
         let unreachable = match self.owner_round(read, id, exchange, &mut asked).await {
             Err(Miss::Unreachable(u)) => u,
+            Err(Miss::NotFound) => Vec::new(),
             done => return done,
         };
         let bound = Duration::from_millis(self.config.failover.attempt_ms);
         let barrier = self.directory.read(ReadConsistency::Linearizable, |_| ());
+        let no_barrier = |reason: String| {
+            tracing::debug!(block = %id, %reason, "no read barrier: the replica's owners stand");
+            if unreachable.is_empty() {
+                Miss::NoBarrier(reason)
+            } else {
+                Miss::Unreachable(unreachable.clone())
+            }
+        };
         match tokio::time::timeout(bound, barrier).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::debug!(block = %id, error = %e, "no read barrier: the replica's owners stand");
-                return Err(Miss::Unreachable(unreachable));
-            }
+            Ok(Err(e)) => return Err(no_barrier(e.to_string())),
             Err(_) => {
-                tracing::debug!(block = %id, limit_ms = bound.as_millis() as u64, "no read barrier in time: the replica's owners stand");
-                return Err(Miss::Unreachable(unreachable));
+                return Err(no_barrier(format!(
+                    "no leader confirmed a read within {} ms",
+                    bound.as_millis()
+                )))
             }
         }
         match self.owner_round(read, id, exchange, &mut asked).await {
@@ -125,6 +140,8 @@ impl Cluster {
                 tracing::info!(block = %id, "served by an owner this replica learnt of after a read barrier");
                 Ok(won)
             }
+            // Nobody live holds it, as of every registration committed before the barrier.
+            Err(Miss::NotFound) if unreachable.is_empty() => Err(Miss::NotFound),
             // Owners first asked now answered that they hold none: those that did not answer
             // before still might.
             Err(Miss::NotFound) => Err(Miss::Unreachable(unreachable)),
@@ -134,6 +151,8 @@ impl Cluster {
                 all.extend(more);
                 Err(Miss::Unreachable(all))
             }
+            // A round asks peers only; it never takes a barrier.
+            Err(m @ Miss::NoBarrier(_)) => Err(m),
         }
     }
 

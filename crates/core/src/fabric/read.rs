@@ -52,6 +52,9 @@ fn missed(id: BlockId, m: Miss) -> FabricError {
     match m {
         Miss::NotFound => FabricError::NotFound,
         Miss::Unreachable(owners) => FabricError::OwnersUnreachable { block: id, owners },
+        Miss::NoBarrier(reason) => FabricError::DirectoryUnavailable(format!(
+            "block {id}: no owner known here, and no read barrier to confirm it: {reason}"
+        )),
     }
 }
 
