@@ -248,6 +248,17 @@ async fn a_dead_first_owner_is_skipped_and_head_answers_as_get() {
     c.shutdown().await;
 }
 
+/// The setup of the tests with a lagging replica: a cut link must not make the reader stand
+/// for election while its get runs (a lease longer than the cut), and a read barrier is
+/// bounded by the 1 s attempt.
+fn lagging_setup() -> Setup {
+    let mut setup = Setup::default();
+    setup.directory.election_timeout_min_ms = 4_000;
+    setup.directory.election_timeout_max_ms = 5_000;
+    setup.failover.attempt_ms = 1_000;
+    setup
+}
+
 /// A replica that lags a registration: the only owner the reader's replica names is dead,
 /// while the leader holds a verified copy whose registration the reader has not applied (the
 /// leader's link to it is cut). The get that found its owners unreachable takes a read
@@ -257,13 +268,9 @@ async fn a_dead_first_owner_is_skipped_and_head_answers_as_get() {
 async fn an_owner_a_lagging_replica_has_not_heard_of_serves_after_a_read_barrier() {
     init_tracing();
     let dir = tempfile::tempdir().unwrap();
-    let mut setup = Setup::default();
-    // The cut link must not make the reader stand for election while its get runs: a lease
-    // longer than the whole cut. The dead owner is suspected (and the link healed) well
-    // before its attempt gives up, so the barrier that follows has a quorum.
-    setup.directory.election_timeout_min_ms = 4_000;
-    setup.directory.election_timeout_max_ms = 5_000;
-    setup.failover.attempt_ms = 1_000;
+    let mut setup = lagging_setup();
+    // The dead owner is suspected (and the link healed) well before its attempt gives up,
+    // so the barrier that follows has a quorum.
     setup.failover.suspect_ms = 100;
     let mut c = FabricCluster::start(dir.path(), setup, Catalog::of(vec![tiny()])).await;
     let all = c.ids();
@@ -466,12 +473,7 @@ async fn a_suspect_that_comes_back_is_cleared_while_a_silent_ones_probe_waits() 
 async fn a_block_a_lagging_replica_names_no_owner_of_is_served_after_a_read_barrier() {
     init_tracing();
     let dir = tempfile::tempdir().unwrap();
-    let mut setup = Setup::default();
-    // The cut must not make the reader stand for election: a lease longer than the test.
-    setup.directory.election_timeout_min_ms = 4_000;
-    setup.directory.election_timeout_max_ms = 5_000;
-    setup.failover.attempt_ms = 1_000;
-    let c = FabricCluster::start(dir.path(), setup, Catalog::of(vec![tiny()])).await;
+    let c = FabricCluster::start(dir.path(), lagging_setup(), Catalog::of(vec![tiny()])).await;
     let all = c.ids();
     let leader = c.leader(&all).await;
     let reader = survivors(&c, leader)[0];
