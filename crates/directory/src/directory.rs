@@ -101,8 +101,12 @@ impl Directory {
                 reason: e.to_string(),
             })?;
         let client = client_nonce(id);
-        let server = RpcServer::new(raft.clone(), &config, client.wrapping_add(1))
-            .with_election(election.clone());
+        let server = RpcServer::new(
+            raft.clone(),
+            &config,
+            client.wrapping_add(1),
+            election.clone(),
+        );
         let (shutdown, _) = watch::channel(false);
         let mut tasks = Vec::new();
         if config.preappend {

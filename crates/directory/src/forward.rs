@@ -112,13 +112,10 @@ impl Directory {
             });
         };
         let max = self.inner.config.frame_bytes_max as usize;
-        let frame = RpcRequest::Forward(req).encode(max)?;
-        let resp = self
-            .inner
-            .transport
-            .call(self.inner.id, leader, &addr, frame)
+        let resp = RpcRequest::Forward(req)
+            .call(&*self.inner.transport, self.inner.id, leader, &addr, max)
             .await?;
-        match RpcResponse::decode(&resp, max)? {
+        match resp {
             RpcResponse::Forward(f) => Ok(f),
             other => Err(DirectoryError::UnexpectedResponse {
                 expected: "forward",

@@ -74,22 +74,17 @@ pub(crate) async fn ask(inner: &Inner, limit: Duration) -> Round {
         granted: 1,
     };
     let max = inner.config.frame_bytes_max as usize;
-    let Ok(frame) = RpcRequest::PreVote(PreVoteRequest { candidate: me }).encode(max) else {
-        return round;
-    };
+    let request = RpcRequest::PreVote(PreVoteRequest { candidate: me });
     let mut calls = JoinSet::new();
     for (peer, addr) in others {
         let transport = inner.transport.clone();
-        let frame = frame.clone();
+        let request = request.clone();
         calls.spawn(async move {
-            let call = transport.call(me, peer, &addr, frame);
-            match tokio::time::timeout(limit, call).await {
-                Ok(Ok(resp)) => matches!(
-                    RpcResponse::decode(&resp, max),
-                    Ok(RpcResponse::PreVote(PreVoteResponse { granted: true }))
-                ),
-                _ => false,
-            }
+            let call = request.call(&*transport, me, peer, &addr, max);
+            matches!(
+                tokio::time::timeout(limit, call).await,
+                Ok(Ok(RpcResponse::PreVote(PreVoteResponse { granted: true })))
+            )
         });
     }
     while !round.won() {

@@ -15,6 +15,7 @@ use crate::codec::{decode_frame, encode_frame, FrameKind};
 use crate::command::{CommandReply, Request};
 use crate::error::DirectoryError;
 use crate::ids::NodeId;
+use crate::network::FrameTransport;
 use crate::type_config::{Node, TypeConfig};
 
 /// A request from one member to another.
@@ -121,6 +122,21 @@ impl RpcRequest {
     /// Checks and decodes a request frame.
     pub fn decode(frame: &[u8], frame_bytes_max: usize) -> Result<RpcRequest, DirectoryError> {
         decode_frame(FrameKind::Request, frame, frame_bytes_max)
+    }
+
+    /// Sends this request from member `from` to member `to` (at `addr`) over `transport`
+    /// and decodes the answer, both frames bounded by `frame_bytes_max`.
+    pub(crate) async fn call(
+        &self,
+        transport: &dyn FrameTransport,
+        from: NodeId,
+        to: NodeId,
+        addr: &str,
+        frame_bytes_max: usize,
+    ) -> Result<RpcResponse, DirectoryError> {
+        let frame = self.encode(frame_bytes_max)?;
+        let resp = transport.call(from, to, addr, frame).await?;
+        RpcResponse::decode(&resp, frame_bytes_max)
     }
 }
 

@@ -25,8 +25,8 @@ pub struct RpcServer {
     frame_bytes_max: usize,
     write_timeout: Duration,
     read_timeout: Duration,
-    /// Fed with what this member answered to AppendEntries and votes, when set.
-    election: Option<Arc<ElectionSignals>>,
+    /// Fed with what this member answered to AppendEntries and votes; read by pre-votes.
+    election: Arc<ElectionSignals>,
     /// How long a voter must have heard no leader to grant a pre-vote
     /// (`election_timeout_min_ms`).
     prevote_quiet: Duration,
@@ -35,7 +35,12 @@ pub struct RpcServer {
 impl RpcServer {
     /// A server for `raft`, bounded by `config`; `client` names the leader's merged entries
     /// (see [`WriteMerger`]). Must be called within a tokio runtime.
-    pub(crate) fn new(raft: Raft, config: &DirectoryConfig, client: u64) -> RpcServer {
+    pub(crate) fn new(
+        raft: Raft,
+        config: &DirectoryConfig,
+        client: u64,
+        election: Arc<ElectionSignals>,
+    ) -> RpcServer {
         RpcServer {
             merger: WriteMerger::spawn(
                 raft.clone(),
@@ -47,15 +52,9 @@ impl RpcServer {
             frame_bytes_max: config.frame_bytes_max as usize,
             write_timeout: Duration::from_millis(config.write_timeout_ms),
             read_timeout: Duration::from_millis(config.read_timeout_ms),
-            election: None,
+            election,
             prevote_quiet: Duration::from_millis(config.election_timeout_min_ms),
         }
-    }
-
-    /// Feeds `signals` with this member's answers (see [`crate::election`]).
-    pub(crate) fn with_election(mut self, signals: Arc<ElectionSignals>) -> RpcServer {
-        self.election = Some(signals);
-        self
     }
 
     /// Handles one request frame and returns the response frame.
@@ -70,15 +69,15 @@ impl RpcServer {
         Ok(match req {
             RpcRequest::AppendEntries(r) => {
                 let resp = self.raft.append_entries(r).await;
-                if let (Some(e), Ok(resp)) = (&self.election, &resp) {
-                    e.appended(resp);
+                if let Ok(resp) = &resp {
+                    self.election.appended(resp);
                 }
                 RpcResponse::AppendEntries(resp)
             }
             RpcRequest::Vote(r) => {
                 let resp = self.raft.vote(r.clone()).await;
-                if let (Some(e), Ok(resp)) = (&self.election, &resp) {
-                    e.voted(&r, resp);
+                if let Ok(resp) = &resp {
+                    self.election.voted(&r, resp);
                 }
                 RpcResponse::Vote(resp)
             }
@@ -90,23 +89,15 @@ impl RpcServer {
         })
     }
 
-    /// Whether this member would vote now (see [`crate::prevote`]). Without election signals
-    /// (prompt elections off) it knows of no contact time: it grants when it knows no leader.
+    /// Whether this member would vote now (see [`crate::prevote`]).
     fn pre_vote(&self) -> PreVoteResponse {
-        let (leads, knows_leader) = {
-            let m = self.raft.metrics();
-            let m = m.borrow();
-            (m.state == ServerState::Leader, m.current_leader.is_some())
-        };
-        let granted = match &self.election {
-            Some(e) => prevote::grants(
-                tokio::time::Instant::now(),
-                leads,
-                e.snapshot().contact,
-                self.prevote_quiet,
-            ),
-            None => !leads && !knows_leader,
-        };
+        let leads = self.raft.metrics().borrow().state == ServerState::Leader;
+        let granted = prevote::grants(
+            tokio::time::Instant::now(),
+            leads,
+            self.election.snapshot().contact,
+            self.prevote_quiet,
+        );
         PreVoteResponse { granted }
     }
 
