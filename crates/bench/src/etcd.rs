@@ -94,7 +94,14 @@ pub(super) fn run(
     let initial: Vec<String> = (0..MEMBERS).map(|i| format!("e{i}={}", peer[i])).collect();
     for i in 0..MEMBERS {
         let log = std::fs::File::create(work.join(format!("e{i}.log")))?;
-        let child = Command::new(&etcd)
+        let mut cmd = Command::new(&etcd);
+        // Go's threads: `--member-threads`, else Go's default (one per core), whatever this
+        // process's environment says.
+        match a.member_threads {
+            Some(n) => cmd.env("GOMAXPROCS", n.to_string()),
+            None => cmd.env_remove("GOMAXPROCS"),
+        };
+        let child = cmd
             .arg("--name")
             .arg(format!("e{i}"))
             .arg("--data-dir")

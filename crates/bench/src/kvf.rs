@@ -46,7 +46,11 @@ pub(super) fn run(a: &DirectoryArgs, work: &Path) -> anyhow::Result<Side> {
     let delay = a
         .batch_delay_ms
         .map(|ms| format!("batch_delay_ms_max={ms}"));
+    let threads = a.member_threads.map(|n| n.to_string());
     let mut up = vec!["--nodes", "3", "--timeout-s", "120"];
+    if let Some(n) = &threads {
+        up.extend(["--worker-threads", n.as_str()]);
+    }
     for timing in RAFT_TIMING {
         up.extend(["--cluster-set", timing]);
     }

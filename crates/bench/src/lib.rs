@@ -104,6 +104,12 @@ pub(crate) struct DirectoryArgs {
     /// Skip the etcd side (the ratios are then `n/a`).
     #[arg(long)]
     skip_etcd: bool,
+    /// Gives every member of both sides N threads to run on, the same rule for both: `[node]
+    /// worker_threads = N` on the kvfabric nodes, `GOMAXPROCS=N` for the etcd members. Each
+    /// side's own default (one per core) unless given; the three members of a side share
+    /// this machine's cores either way.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    member_threads: Option<u16>,
     #[command(flatten)]
     plot: plot::PlotArg,
 }
@@ -192,6 +198,10 @@ fn bench(
         a.records, a.records, report::BATCH_RECORDS, a.clients, a.lookups
     );
     println!("kvfabric: 3 `kvfabric node` processes (cluster up), Raft over QUIC (mTLS) between them, one store each (WAL + redb); clients through each node's HTTP API");
+    match a.member_threads {
+        Some(n) => println!("members: {n} thread(s) each on both sides (--member-threads: kvfabric `[node] worker_threads`, etcd `GOMAXPROCS`)"),
+        None => println!("members: each side's default threads (kvfabric one worker per core, at least 2; etcd GOMAXPROCS = cores)"),
+    }
     let kvf = kvf::run(a, &dir.join("kvfabric"))?;
     let etcd = if a.skip_etcd {
         println!("etcd: skipped (--skip-etcd)");

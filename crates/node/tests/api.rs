@@ -232,6 +232,33 @@ fn missing_or_wrong_tokens_are_401() {
     node.assert_serving(8);
 }
 
+/// `kvfabric_runtime{stat="workers"}` of a node's `/metrics`.
+fn runtime_workers(node: &common::TestNode) -> String {
+    let text = node.get(Some(TOKEN_OPERATOR), "/metrics", &[]).text();
+    text.lines()
+        .find(|l| l.starts_with("kvfabric_runtime{") && l.contains("stat=\"workers\""))
+        .and_then(|l| l.rsplit(' ').next())
+        .unwrap_or_else(|| panic!("no runtime workers gauge in\n{text}"))
+        .to_owned()
+}
+
+#[test]
+fn worker_threads_sets_the_runtime_a_node_runs_on() {
+    let capped = common::kvfabric().node(Options {
+        worker_threads: Some(1),
+        ..Options::default()
+    });
+    assert_eq!(runtime_workers(&capped), "1");
+    capped.assert_serving(3);
+    let default = common::kvfabric().node(Options::default());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(
+        runtime_workers(&default),
+        cores.max(2).to_string(),
+        "one per core, at least 2"
+    );
+}
+
 #[test]
 fn bad_put_input_is_a_json_4xx_and_the_node_keeps_serving() {
     let node = common::kvfabric().node(Options::default());

@@ -1,8 +1,10 @@
 //! `kvfabric bench directory` with a tiny record count: a real 3-node cluster driven through
 //! the nodes' HTTP API (every claim committed, every lookup resolved to its block and owner,
 //! or the bench fails) against etcd through gRPC; it prints the table and, last, the two ratio
-//! lines; it stops every process it started and removes its working directory. Runs the etcd
-//! side only where `etcd` is installed (`--skip-etcd` otherwise, and the ratios are `n/a`).
+//! lines; it stops every process it started and removes its working directory. Its members run
+//! on one thread each (`--member-threads 1`: one worker per node serves the whole path). Runs
+//! the etcd side only where `etcd` is installed (`--skip-etcd` otherwise, and the ratios are
+//! `n/a`).
 
 mod procs;
 
@@ -26,7 +28,7 @@ fn bench_directory_prints_the_table_and_the_ratio_and_leaves_nothing() {
     let with_etcd = etcd_installed();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kvfabric"));
     cmd.args(["bench", "directory", "--records", "2000", "--clients", "8"])
-        .args(["--lookups", "200", "--dir"])
+        .args(["--lookups", "200", "--member-threads", "1", "--dir"])
         .arg(&dir);
     if !with_etcd {
         cmd.arg("--skip-etcd");
@@ -50,6 +52,7 @@ fn bench_directory_prints_the_table_and_the_ratio_and_leaves_nothing() {
         "kvfabric memory per entry:",
         "Raft over QUIC",
         "kvfabric: 2000 records committed",
+        "members: 1 thread(s) each on both sides",
     ] {
         assert!(stdout.contains(row), "missing {row:?} in\n{stdout}");
     }

@@ -99,6 +99,9 @@ pub struct NodeSection {
     /// A tracing filter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_level: Option<String>,
+    /// The async runtime's worker threads (default: one per core, at least 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_threads: Option<usize>,
 }
 
 /// `[tiers]`.
@@ -302,6 +305,7 @@ impl NodeConfigFile {
                 http_listen: http_listen.to_owned(),
                 data_dir,
                 log_level: None,
+                worker_threads: None,
             },
             tiers: TiersSection {
                 host_bytes,

@@ -51,9 +51,8 @@ pub(crate) struct NodeArgs {
 pub(crate) fn run(a: NodeArgs) -> anyhow::Result<()> {
     let loaded = config::load(&a.config)?;
     crate::observe::init(&loaded.config.log_level);
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().max(2));
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
+        .worker_threads(loaded.config.worker_threads)
         .thread_name("kvfabric")
         .enable_all()
         .build()

@@ -14,6 +14,9 @@
 //! namespace_secret = "…"            # optional: the namespace secret file (secret.rs); default
 //!                                   # certs_dir/namespace-secret.toml on a cluster member,
 //!                                   # data_dir/namespace-secret.toml standalone
+//! worker_threads = 4                # optional: the async runtime's worker threads, 1 to 1024;
+//!                                   # default one per core the process may use, at least 2
+//!                                   # (cap it on a host shared with an engine or other nodes)
 //!
 //! [tiers]
 //! host_bytes = "1 GiB"              # host RAM arena; at least the smallest storable block
@@ -114,6 +117,8 @@ pub(crate) struct NodeConfig {
     pub(crate) data_dir: PathBuf,
     /// Default tracing filter.
     pub(crate) log_level: String,
+    /// Worker threads of the node's async runtime.
+    pub(crate) worker_threads: usize,
     /// The store's tiers.
     pub(crate) store: StoreConfig,
     /// The disk tier's background verification; `None`: no disk tier, or turned off.

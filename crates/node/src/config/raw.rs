@@ -47,6 +47,8 @@ pub(crate) struct RawNode {
     pub(crate) log_level: Option<String>,
     #[serde(default)]
     pub(crate) namespace_secret: Option<PathBuf>,
+    #[serde(default)]
+    pub(crate) worker_threads: Option<usize>,
 }
 
 /// `[tiers]`.

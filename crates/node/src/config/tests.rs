@@ -48,6 +48,8 @@ fn a_good_config_loads_with_derived_defaults() {
     let c = parse_str(GOOD).unwrap();
     let cfg = &c.config;
     assert_eq!(cfg.node_id.to_string(), "n4");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(cfg.worker_threads, cores.max(2), "one per core, at least 2");
     assert_eq!(
         cfg.data_dir,
         Path::new("/etc/kvfabric/data/n4"),
@@ -137,6 +139,16 @@ fn bad_values_are_named_with_a_reason() {
             "data_dir = \"data/n4\"",
             "data_dir = \"data/n4\"\nlog_level = \"[[\"",
             "node.log_level",
+        ),
+        (
+            "data_dir = \"data/n4\"",
+            "data_dir = \"data/n4\"\nworker_threads = 0",
+            "node.worker_threads",
+        ),
+        (
+            "data_dir = \"data/n4\"",
+            "data_dir = \"data/n4\"\nworker_threads = 1025",
+            "node.worker_threads",
         ),
         (
             "token = \"token-for-tenant-a\"",
@@ -342,6 +354,7 @@ fn the_shared_config_writer_writes_what_the_node_reads() {
     };
     let mut c = NodeConfigFile::new(2, "127.0.0.1:0", "data".into(), "64 MiB".into());
     c.node.log_level = Some("debug".into());
+    c.node.worker_threads = Some(3);
     c.tiers.disk = Some(DiskSection {
         sync: Some("every_append".into()),
         ..DiskSection::of(64u64 << 20)
@@ -388,6 +401,7 @@ fn the_shared_config_writer_writes_what_the_node_reads() {
     let n = loaded.config;
     assert_eq!(n.node_id, NodeId(2));
     assert_eq!(n.log_level, "debug");
+    assert_eq!(n.worker_threads, 3);
     assert_eq!(n.limits.max_lookup_keys, 7);
     assert_eq!(n.events.ring_batches, 5);
     assert_eq!(n.route.prefill_tokens_per_s, 1000.0);

@@ -27,10 +27,12 @@ pub(crate) const TOKEN_LEN_MIN: usize = 16;
 pub(crate) const TOKEN_LEN_MAX: usize = 256;
 /// Most namespaces or tenants one config may declare.
 pub(crate) const TENANCY_ENTRIES_MAX: usize = 4096;
-/// Largest accepted body: the disk tier's largest entry.
 /// Shortest `tiers.disk.scrub_pause_ms`.
 const SCRUB_PAUSE_MS_MIN: u64 = 100;
+/// Largest accepted body: the disk tier's largest entry.
 const BODY_BYTES_CAP: u64 = kvfabric_store::tier::disk::ENTRY_PAYLOAD_MAX_BYTES;
+/// Most `node.worker_threads`.
+pub(crate) const WORKER_THREADS_MAX: usize = 1024;
 /// Longest accepted timeout (one hour).
 const TIMEOUT_MS_MAX: u64 = 3_600_000;
 /// Smallest disk segment the node derives.
@@ -85,6 +87,16 @@ impl Check<'_> {
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_level) {
             return Err(self.err("node.log_level", format!("not a tracing filter: {e}")));
         }
+        let worker_threads = match raw.node.worker_threads {
+            None => default_worker_threads(),
+            Some(n) if (1..=WORKER_THREADS_MAX).contains(&n) => n,
+            Some(n) => {
+                return Err(self.err(
+                    "node.worker_threads",
+                    format!("expected 1 to {WORKER_THREADS_MAX} threads, found {n}"),
+                ))
+            }
+        };
         let catalog = self.catalog(raw.models.as_ref().map(|m| m.dir.as_path()))?;
         let Some(smallest) = catalog.smallest_block_bytes() else {
             return Err(self.err("models.dir", "no storable (mla or hybrid) preset in it"));
@@ -153,6 +165,7 @@ impl Check<'_> {
             http_listen,
             data_dir,
             log_level,
+            worker_threads,
             store: StoreConfig {
                 gpu,
                 host_capacity: ByteCount(host),
@@ -380,4 +393,10 @@ impl Check<'_> {
         }
         Ok((decls, out))
     }
+}
+
+/// The async runtime's worker threads when `node.worker_threads` is absent: one per core this
+/// process may use (its affinity mask and cgroup quota count), at least 2.
+pub(crate) fn default_worker_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().max(2))
 }

@@ -25,6 +25,7 @@
 //! | `kvfabric_tier_capacity_bytes`, `kvfabric_tier_used_bytes`, `kvfabric_tier_blocks` | gauge | tier |
 //! | `kvfabric_held_blocks`, `kvfabric_chunk_keys` | gauge | |
 //! | `kvfabric_arenas`, `kvfabric_arena_bytes` | gauge | | (live per-request arenas, the bytes they hold)
+//! | `kvfabric_runtime` | gauge | stat: `workers` (the async runtime's worker threads, `[node] worker_threads`), `alive_tasks`, `global_queue_depth` (tasks waiting for a worker) |
 //! | `kvfabric_raft_state` | gauge | stat: `term`, `is_leader`, `last_applied`, `last_log`, `epoch`, `members_healthy`, `members`, `rpc_ok`, `rpc_failed`, `rpc_abandoned`, `rpc_served`, `prompt_elections`, `prevotes_refused`, `preappend_accepted`, `preappend_refused`, `preappend_failed`, `preappend_dropped`, `preappend_elided` (cluster nodes) |
 //! | `kvfabric_transport` | gauge | stat: the block transport's counters, e.g. `fetches_ok`, `verify_failures`, `bytes_in` (cluster nodes) |
 //! | `kvfabric_tier_moves` | gauge | stat: `recorded` (in the directory), `failed`, `before_join`, `lost_released` (copies that failed verification, their owner records released) (cluster nodes) |
@@ -134,6 +135,7 @@ pub(crate) struct Metrics {
     chunk_keys: Gauge,
     arenas: Gauge,
     arena_bytes: Gauge,
+    runtime: Family<StatLabels, Gauge>,
     raft: Family<StatLabels, Gauge>,
     transport: Family<StatLabels, Gauge>,
     repair: Family<StatLabels, Gauge>,
@@ -173,6 +175,7 @@ impl Metrics {
             chunk_keys: Gauge::default(),
             arenas: Gauge::default(),
             arena_bytes: Gauge::default(),
+            runtime: Family::default(),
             raft: Family::default(),
             transport: Family::default(),
             repair: Family::default(),
@@ -296,6 +299,11 @@ impl Metrics {
             "transport",
             "The block transport's counters",
             m.transport.clone(),
+        );
+        r.register(
+            "runtime",
+            "The node's async runtime: worker threads, live tasks, tasks waiting for a worker",
+            m.runtime.clone(),
         );
         r.register(
             "repair",
@@ -450,6 +458,24 @@ impl Metrics {
         self.arena_bytes.set(gauge(bytes));
     }
 
+    /// Sets the runtime gauges from the async runtime the caller runs on.
+    pub(crate) fn set_runtime(&self) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let m = handle.metrics();
+        let stats = [
+            ("workers", m.num_workers()),
+            ("alive_tasks", m.num_alive_tasks()),
+            ("global_queue_depth", m.global_queue_depth()),
+        ];
+        for (stat, v) in stats {
+            self.runtime
+                .get_or_create(&StatLabels { stat })
+                .set(gauge(v as u64));
+        }
+    }
+
     /// The OpenMetrics text of every series, store figures taken from `snapshot` (absent while
     /// the store opens).
     pub(crate) fn encode(&self, snapshot: Option<&Snapshot>) -> String {
@@ -516,6 +542,28 @@ fn gauge(v: u64) -> i64 {
 mod tests {
     use super::*;
     use kvfabric_store::{ByteCount, StoreCounters, Tier, TierUsage};
+
+    #[test]
+    fn runtime_gauges_name_the_workers_of_the_runtime_they_run_on() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(3)
+            .build()
+            .unwrap();
+        let m = Metrics::new(NodeId(7));
+        m.set_runtime();
+        assert!(
+            !m.encode(None).contains("kvfabric_runtime{"),
+            "outside a runtime nothing is set"
+        );
+        rt.block_on(async { m.set_runtime() });
+        let text = m.encode(None);
+        assert!(
+            text.contains("kvfabric_runtime{node=\"n7\",stat=\"workers\"} 3"),
+            "{text}"
+        );
+        assert!(text.contains("stat=\"alive_tasks\"}"), "{text}");
+        assert!(text.contains("stat=\"global_queue_depth\"}"), "{text}");
+    }
 
     #[test]
     fn store_counters_are_mirrored_by_difference() {

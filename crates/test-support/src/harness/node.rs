@@ -55,6 +55,8 @@ pub struct Options {
     pub arenas: Option<ArenasSection>,
     /// `[tiers.gpu]`, if any (the node needs the `cuda` feature and a device).
     pub gpu: Option<GpuSection>,
+    /// `[node] worker_threads`, if set.
+    pub worker_threads: Option<usize>,
 }
 
 impl Default for Options {
@@ -68,6 +70,7 @@ impl Default for Options {
             operator: Some(TOKEN_OPERATOR.into()),
             arenas: None,
             gpu: None,
+            worker_threads: None,
         }
     }
 }
@@ -387,6 +390,7 @@ impl Drop for TestNode {
 fn config(o: &Options) -> NodeConfigFile {
     let mut c = NodeConfigFile::new(1, "127.0.0.1:0", "data".into(), Bytes::Count(o.host_bytes));
     c.node.log_level = Some("info".into());
+    c.node.worker_threads = o.worker_threads;
     c.tiers.disk = o.disk_bytes.map(DiskSection::of);
     c.tiers.gpu = o.gpu.clone();
     c.models = Some(ModelsSection {

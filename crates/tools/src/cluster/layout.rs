@@ -135,6 +135,8 @@ pub struct ExtraKeys {
     pub disk: Vec<(String, String)>,
     /// `[transport] kind` (`--transport`), when not the default.
     pub transport: Option<String>,
+    /// `[node] worker_threads` (`--worker-threads`), when not the default.
+    pub worker_threads: Option<usize>,
 }
 
 /// Picks ports for node `id`.
@@ -161,6 +163,7 @@ pub fn config(
     let data_dir = data_path(dir, node.id);
     let mut c = NodeConfigFile::new(node.id, &node.http.to_string(), data_dir, host_bytes.into());
     c.node.log_level = Some("info".into());
+    c.node.worker_threads = extra_keys.worker_threads;
     c.operator = Some(OperatorSection {
         token: token.to_owned(),
     });
@@ -270,7 +273,32 @@ pub fn parse_cluster_set(s: &str) -> Result<(String, String), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_cluster_set, tenancy};
+    use super::{config, parse_cluster_set, plan, tenancy, ExtraKeys};
+    use std::path::Path;
+
+    #[test]
+    fn worker_threads_reach_the_node_section_only_when_given() {
+        let nodes = plan(2).unwrap();
+        let write = |worker_threads| {
+            let keys = ExtraKeys {
+                worker_threads,
+                ..ExtraKeys::default()
+            };
+            let c = config(
+                Path::new("/c"),
+                &nodes[0],
+                &nodes,
+                None,
+                "1 GiB",
+                &keys,
+                "t",
+            );
+            let v: toml::Table = c.to_toml("test").parse().unwrap();
+            v["node"].get("worker_threads").cloned()
+        };
+        assert_eq!(write(Some(1)), Some(toml::Value::Integer(1)));
+        assert_eq!(write(None), None, "the node's own default");
+    }
 
     #[test]
     fn cluster_set_takes_a_bare_key_and_a_toml_value() {

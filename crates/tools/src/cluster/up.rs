@@ -70,6 +70,11 @@ pub struct UpArgs {
     /// `scrub_pause_ms=200`); repeatable. The nodes validate it like any config key.
     #[arg(long = "disk-set", value_name = "KEY=VALUE", value_parser = layout::parse_cluster_set)]
     disk_set: Vec<(String, String)>,
+    /// Each node's async worker threads (`[node] worker_threads`; default one per core, at
+    /// least 2). The nodes share this machine's cores: `1` on a small one keeps them from
+    /// preempting each other.
+    #[arg(long, value_name = "N")]
+    worker_threads: Option<usize>,
 }
 
 /// Runs `kvfabric cluster up`.
@@ -178,6 +183,7 @@ fn start(
                 events: a.events_set.clone(),
                 disk: a.disk_set.clone(),
                 transport: a.transport.clone(),
+                worker_threads: a.worker_threads,
             },
             token,
         )

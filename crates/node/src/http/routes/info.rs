@@ -177,6 +177,7 @@ pub(crate) async fn metrics(
         let (live, bytes) = f.arena_usage().map_err(ApiError::from_fabric)?;
         app.metrics.set_arenas(live as u64, bytes.0);
     }
+    app.metrics.set_runtime();
     let text = app.metrics.encode(snapshot.as_ref());
     Ok((
         [(
