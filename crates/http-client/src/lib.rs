@@ -1,8 +1,8 @@
 //! kvfabric's HTTP client agent: [`agent`] builds a ureq agent whose requests to an IP-literal
 //! host (`http://127.0.0.1:8080`, `http://[::1]:8080`: every node URL kvfabric writes) skip
-//! name resolution.
+//! name resolution, and whose small requests leave in one write ([`joined`]).
 //!
-//! Why: ureq resolves the host on every call, even one that reuses a pooled connection, and
+//! Why the resolver: ureq resolves the host on every call, even one that reuses a pooled connection, and
 //! when the call has a deadline (`timeout_global`, `timeout_per_call`, `timeout_resolve`) its
 //! default resolver runs `getaddrinfo` on a new thread so that it can give up on time. That is a
 //! thread created per request (it exits once the lookup answers): `kvfabric bench directory` measured one `clone3`,
@@ -15,12 +15,16 @@ use std::net::{IpAddr, SocketAddr};
 use ureq::config::{Config, IpFamily};
 use ureq::http::Uri;
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
+use ureq::unversioned::transport::{Connector, DefaultConnector, NextTimeout};
 use ureq::Agent;
 
-/// An agent with `config` whose IP-literal hosts are resolved in place (see the crate docs).
+pub mod joined;
+
+/// An agent with `config` whose IP-literal hosts are resolved in place and whose requests'
+/// heads and small bodies are joined into one write (see the crate docs).
 pub fn agent(config: Config) -> Agent {
-    Agent::with_parts(config, DefaultConnector::default(), LiteralFirst::default())
+    let connector = DefaultConnector::default().chain(joined::JoinWrites);
+    Agent::with_parts(config, connector, LiteralFirst::default())
 }
 
 /// Answers IP-literal hosts itself and hands every other host to ureq's default resolver.
