@@ -6,7 +6,8 @@
 //!   said they hold a verified copy) that no node holds at the end, unless every one of those
 //!   holders lost its copy since the put: killed with its disk wiped, or killed while the copy
 //!   was only in memory (the kill's snapshot of the node's HEADs says so, or the node
-//!   acknowledged it after the snapshot began); must be 0. A block acknowledged without
+//!   acknowledged it after the snapshot began, or a client's get of it on that node began
+//!   between the snapshot and the kill: a hit moves a disk copy up to memory); must be 0. A block acknowledged without
 //!   holders (an older node) falls back to "at least `r` nodes killed since its put".
 //! - **directory linearizability**: per chunk key, the put (a register write of its block) and
 //!   the linearizable lookups (register reads) must have a linearization
@@ -188,6 +189,33 @@ pub fn check_with(h: &Recorded, end: &FinalState, judge_availability: bool) -> C
             }
         }
     }
+    // Client gets that may have moved a holder's disk copy up to memory (a local hit
+    // promotes it), by (node, block): when each began. A get that had no answer may have been
+    // served all the same.
+    let mut local_gets: BTreeMap<(u64, &str), Vec<f64>> = BTreeMap::new();
+    for op in &h.ops {
+        let Request::Get { block, .. } = &op.request else {
+            continue;
+        };
+        let maybe_local = match &op.outcome {
+            Outcome::Got { source, .. } => source == "local",
+            Outcome::NoAnswer { .. } => true,
+            _ => false,
+        };
+        if maybe_local {
+            local_gets
+                .entry((op.node, block.as_str()))
+                .or_default()
+                .push(op.invoke_ms);
+        }
+    }
+    let read_after_snapshot = |holder: u64, block: &str, kill: &crate::history::Fault| {
+        kill.snapshot_ms > 0.0
+            && local_gets.get(&(holder, block)).is_some_and(|t| {
+                t.iter()
+                    .any(|&t| t >= kill.snapshot_ms && t <= kill.start_ms)
+            })
+    };
     // Lost acknowledged blocks.
     for op in &h.ops {
         let (
@@ -235,6 +263,7 @@ pub fn check_with(h: &Recorded, end: &FinalState, judge_availability: bool) -> C
                             f.kind == FaultKind::KillWipe
                                 || f.in_memory.iter().any(|b| b == block)
                                 || (f.snapshot_ms > 0.0 && op.complete_ms >= f.snapshot_ms)
+                                || read_after_snapshot(holder, block, f)
                         })
             };
             acked_by.iter().all(|h| lost(*h))

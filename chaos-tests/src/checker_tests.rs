@@ -163,6 +163,67 @@ fn a_lost_block_is_excused_only_when_every_holder_lost_its_copy() {
 }
 
 #[test]
+fn a_holder_killed_after_a_client_read_its_copy_since_the_snapshot_lost_it() {
+    // The snapshot (at 29 ms) saw n2's copy on disk; a local get may have promoted it before
+    // the kill (30 ms).
+    let get = |node: u64, t: f64, outcome: Outcome| {
+        op(
+            3,
+            node,
+            Request::Get {
+                block: B.into(),
+                seed: 1,
+            },
+            (t, t + 0.5),
+            outcome,
+        )
+    };
+    let local = || Outcome::Got {
+        bytes_match: true,
+        source: "local".into(),
+    };
+    let lost = |gets: Vec<Op>| {
+        let mut ops = vec![put_ok()];
+        ops.extend(gets);
+        let h = Recorded {
+            ops,
+            faults: vec![
+                fault(FaultKind::KillWipe, 1, &[]),
+                fault(FaultKind::Kill, 2, &[]),
+            ],
+        };
+        let c = check(&h, &end(vec![]));
+        (
+            c.by_kind().get("lost_acked_block").copied().unwrap_or(0),
+            c.lost_excused,
+        )
+    };
+    assert_eq!(
+        lost(vec![]),
+        (1, 0),
+        "on disk at the kill, as far as anyone knows"
+    );
+    assert_eq!(
+        lost(vec![get(2, 29.5, local())]),
+        (0, 1),
+        "read on n2 in the gap"
+    );
+    let no_answer = Outcome::NoAnswer {
+        error: "io: reset".into(),
+    };
+    assert_eq!(lost(vec![get(2, 29.5, no_answer)]), (0, 1), "maybe served");
+    // Not a promotion of n2's copy: read before the snapshot (the snapshot saw where it was
+    // after), read on another node, or served from a peer.
+    assert_eq!(lost(vec![get(2, 20.0, local())]), (1, 0));
+    assert_eq!(lost(vec![get(3, 29.5, local())]), (1, 0));
+    let from_peer = Outcome::Got {
+        bytes_match: true,
+        source: "n1".into(),
+    };
+    assert_eq!(lost(vec![get(2, 29.5, from_peer)]), (1, 0));
+}
+
+#[test]
 fn a_copy_its_holder_found_rotten_counts_as_lost_by_that_holder() {
     let h = Recorded {
         ops: vec![put_ok()],

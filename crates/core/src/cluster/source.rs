@@ -75,7 +75,7 @@ impl StoreSource {
 impl BlockSource for StoreSource {
     fn lookup(&self, namespace: NamespaceKey, id: BlockId) -> SourceFuture<'_> {
         Box::pin(async move {
-            match self.local.read(&[namespace], &id) {
+            match self.local.read_copy(&[namespace], &id) {
                 // A host block is streamed from its place in the arena, pinned until sent.
                 Ok(Some(r)) => SourceLookup::Found(r.bytes),
                 Ok(None) => SourceLookup::NotFound,

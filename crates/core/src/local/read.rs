@@ -3,6 +3,13 @@
 //! sent, the transport done); a disk block is read and verified outside the lock, then
 //! promoted when room can be made; a GPU block is copied off the device and verified outside
 //! the lock.
+//!
+//! Only a client's read promotes ([`ReadUse::Hit`]). A read that copies the block to another
+//! node ([`ReadUse::Copy`]: a peer's fetch, a put's or a repair's push) leaves it where it
+//! is: a promotion *moves* the block, so a repair walking cold blocks would otherwise carry
+//! each one's disk copy into memory, where the node's death loses it (a chaos run lost an
+//! acknowledged block so: promoted by a repair's read, its holder killed before the block
+//! went back down), and evict the blocks clients use to make room.
 
 use std::sync::Arc;
 
@@ -44,6 +51,15 @@ impl Drop for PinGuard {
     }
 }
 
+/// Why a block is read (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadUse {
+    /// A client's read: a block read from disk moves up to memory when room can be made.
+    Hit,
+    /// A copy for another node: the block stays in its tier.
+    Copy,
+}
+
 /// Which block of an id to read.
 #[derive(Debug, Clone, Copy)]
 enum Which {
@@ -64,7 +80,17 @@ impl LocalNode {
         read: &[NamespaceKey],
         id: &BlockId,
     ) -> Result<Option<LocalRead>, LocalError> {
-        self.read_which(read, id, Which::First)
+        self.read_which(read, id, Which::First, ReadUse::Hit)
+    }
+
+    /// [`LocalNode::read`] for a copy sent to another node ([`ReadUse::Copy`]): the block
+    /// stays in its tier.
+    pub fn read_copy(
+        self: &Arc<Self>,
+        read: &[NamespaceKey],
+        id: &BlockId,
+    ) -> Result<Option<LocalRead>, LocalError> {
+        self.read_which(read, id, Which::First, ReadUse::Copy)
     }
 
     /// Reads the `variant`-th block this node holds under `id` (in the order they were sealed;
@@ -77,13 +103,14 @@ impl LocalNode {
     ) -> Result<Option<LocalRead>, LocalError> {
         match variant {
             0 => self.read(read, id),
-            v => self.read_which(read, id, Which::Variant(v)),
+            v => self.read_which(read, id, Which::Variant(v), ReadUse::Hit),
         }
     }
 
-    /// Reads `id` like [`LocalNode::read`], as a [`VerifiedBlock`] of its own (a host block's
-    /// bytes copied out of the arena, outside the lock; nothing hashed again): for a block
-    /// kept or sent apart from this node (a copy pushed to a peer).
+    /// Reads `id` like [`LocalNode::read_copy`] (the block stays in its tier), as a
+    /// [`VerifiedBlock`] of its own (a host block's bytes copied out of the arena, outside the
+    /// lock; nothing hashed again): for a block sent apart from this node (a copy pushed to a
+    /// peer).
     pub fn get(
         self: &Arc<Self>,
         read: &[NamespaceKey],
@@ -93,6 +120,7 @@ impl LocalNode {
             read,
             id,
             Which::First,
+            ReadUse::Copy,
             |node, pinned| {
                 let block = pinned.to_verified();
                 node.release_pin(pinned);
@@ -120,11 +148,13 @@ impl LocalNode {
         read: &[NamespaceKey],
         id: &BlockId,
         which: Which,
+        usage: ReadUse,
     ) -> Result<Option<LocalRead>, LocalError> {
         self.read_with(
             read,
             id,
             which,
+            usage,
             |node, pinned| {
                 let guard = PinGuard {
                     pinned: Some(pinned),
@@ -143,12 +173,14 @@ impl LocalNode {
     }
 
     /// The read loop: `host` serves a pinned host block, `owned` a block read into a buffer
-    /// of its own (from disk, or from the GPU tier).
+    /// of its own (from disk, or from the GPU tier); a disk block is promoted after a
+    /// [`ReadUse::Hit`].
     fn read_with<T>(
         self: &Arc<Self>,
         read: &[NamespaceKey],
         id: &BlockId,
         which: Which,
+        usage: ReadUse,
         host: impl FnOnce(&Arc<Self>, PinnedRead) -> Result<T, LocalError>,
         owned: impl FnOnce(VerifiedBlock, Tier) -> T,
     ) -> Result<Option<T>, LocalError> {
@@ -167,7 +199,9 @@ impl LocalNode {
                         store.finish_disk_read(d, outcome)
                     })?;
                     if let Some(block) = done {
-                        self.promote(slot, &block);
+                        if usage == ReadUse::Hit {
+                            self.promote(slot, &block);
+                        }
                         return Ok(Some(owned(block, Tier::Disk)));
                     }
                 }

@@ -404,6 +404,33 @@ async fn a_disk_hit_is_verified_served_and_promoted() {
 }
 
 #[tokio::test]
+async fn a_copy_for_another_node_leaves_a_disk_block_on_disk() {
+    let g = tiny();
+    let a = NamespaceKey::derive("a");
+    let dir = tempfile::tempdir().unwrap();
+    let node = open(one_block_then_disk(&g, &dir), &[a]);
+    let (p1, p2) = (payload(&g, 1), payload(&g, 2));
+    let first = put(&node, a, &g, &p1, None).await;
+    let second = put(&node, a, &g, &p2, None).await;
+    assert_eq!(node.head(&[a], &first.id).unwrap().unwrap().0, Tier::Disk);
+    let promotions = node.snapshot().unwrap().counters.promotions;
+    // A peer's fetch, and a push's (or a repair's) copy: the bytes, and the block stays put.
+    let served = node.read_copy(&[a], &first.id).unwrap().unwrap();
+    assert_eq!(
+        (&served.bytes[HEADER_LEN..], served.tier),
+        (&p1[..], Tier::Disk)
+    );
+    let pushed = node.get(&[a], &first.id).unwrap().unwrap();
+    assert_eq!(&pushed.bytes()[HEADER_LEN..], &p1[..]);
+    assert_eq!(node.head(&[a], &first.id).unwrap().unwrap().0, Tier::Disk);
+    assert_eq!(node.head(&[a], &second.id).unwrap().unwrap().0, Tier::Host);
+    assert_eq!(node.snapshot().unwrap().counters.promotions, promotions);
+    // A client's read still promotes it.
+    assert_eq!(read_back(&node, &[a], &first.id), Some((p1, Tier::Disk)));
+    assert_eq!(node.head(&[a], &first.id).unwrap().unwrap().0, Tier::Host);
+}
+
+#[tokio::test]
 async fn what_events_say_of_a_block_survives_reopening_and_a_block_without_a_record_gets_its_header_count(
 ) {
     use crate::events::{EngineBlock, EngineHash, EventKind, EventLog, EventMetrics};
