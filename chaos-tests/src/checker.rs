@@ -7,8 +7,9 @@
 //!   holders lost its copy since the put: killed with its disk wiped, or killed while the copy
 //!   was only in memory (the kill's snapshot of the node's HEADs says so, or the node
 //!   acknowledged it after the snapshot began, or a client's get of it on that node began
-//!   between the snapshot and the kill: a hit moves a disk copy up to memory); must be 0. A block acknowledged without
-//!   holders (an older node) falls back to "at least `r` nodes killed since its put".
+//!   between the snapshot and the kill: a hit moves a disk copy up to memory); must be 0. A
+//!   block acknowledged without holders (an older node) falls back to "at least `r` nodes
+//!   killed since its put".
 //! - **directory linearizability**: per chunk key, the put (a register write of its block) and
 //!   the linearizable lookups (register reads) must have a linearization
 //!   (`kvfabric_directory::linearizability`). Checked for keys still mapped at the end (a key

@@ -2,11 +2,12 @@
 //! host (`http://127.0.0.1:8080`, `http://[::1]:8080`: every node URL kvfabric writes) skip
 //! name resolution, and whose small requests leave in one write ([`joined`]).
 //!
-//! Why the resolver: ureq resolves the host on every call, even one that reuses a pooled connection, and
-//! when the call has a deadline (`timeout_global`, `timeout_per_call`, `timeout_resolve`) its
-//! default resolver runs `getaddrinfo` on a new thread so that it can give up on time. That is a
-//! thread created per request (it exits once the lookup answers): `kvfabric bench directory` measured one `clone3`,
-//! `mmap`, `munmap` and `madvise` per registration in its client (13,286 of each in 10 s).
+//! Why the resolver: ureq resolves the host on every call, even one that reuses a pooled
+//! connection, and when the call has a deadline (`timeout_global`, `timeout_per_call`,
+//! `timeout_resolve`) its default resolver runs `getaddrinfo` on a new thread so that it can
+//! give up on time. That is a thread created per request (it exits once the lookup answers):
+//! `kvfabric bench directory` measured one `clone3`, `mmap`, `munmap` and `madvise` per
+//! registration in its client (13,286 of each in 10 s).
 //! An IP literal needs no lookup, so it is answered in place; a host name still goes to ureq's
 //! own resolver, deadline included.
 

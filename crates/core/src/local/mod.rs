@@ -41,7 +41,7 @@ pub(crate) use chunks::ChunkIndex;
 pub(crate) use held::Held;
 use info_log::InfoLog;
 pub(crate) use put::{PutError, PutSession};
-pub use read::{LocalRead, ReadUse};
+pub use read::LocalRead;
 pub use room::RESERVE_WAIT_MS_DEFAULT;
 
 use crate::events::{BlockInfo, EventKind, EventLog};

@@ -53,7 +53,7 @@ impl Drop for PinGuard {
 
 /// Why a block is read (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReadUse {
+enum ReadUse {
     /// A client's read: a block read from disk moves up to memory when room can be made.
     Hit,
     /// A copy for another node: the block stays in its tier.
@@ -83,8 +83,8 @@ impl LocalNode {
         self.read_which(read, id, Which::First, ReadUse::Hit)
     }
 
-    /// [`LocalNode::read`] for a copy sent to another node ([`ReadUse::Copy`]): the block
-    /// stays in its tier.
+    /// [`LocalNode::read`] for a copy sent to another node (a peer's fetch): the block stays
+    /// in its tier (a client's read of a disk block moves it up to memory).
     pub fn read_copy(
         self: &Arc<Self>,
         read: &[NamespaceKey],

@@ -32,7 +32,7 @@ const SCRUB_PAUSE_MS_MIN: u64 = 100;
 /// Largest accepted body: the disk tier's largest entry.
 const BODY_BYTES_CAP: u64 = kvfabric_store::tier::disk::ENTRY_PAYLOAD_MAX_BYTES;
 /// Most `node.worker_threads`.
-pub(crate) const WORKER_THREADS_MAX: usize = 1024;
+const WORKER_THREADS_MAX: usize = 1024;
 /// Longest accepted timeout (one hour).
 const TIMEOUT_MS_MAX: u64 = 3_600_000;
 /// Smallest disk segment the node derives.
@@ -397,6 +397,6 @@ impl Check<'_> {
 
 /// The async runtime's worker threads when `node.worker_threads` is absent: one per core this
 /// process may use (its affinity mask and cgroup quota count), at least 2.
-pub(crate) fn default_worker_threads() -> usize {
+fn default_worker_threads() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get().max(2))
 }
